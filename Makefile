@@ -1,0 +1,43 @@
+# Two commands on a fresh clone: `make book` and `make test` (see README.md).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export LIPNB_PROFILE ?= quick
+export PYTHONHASHSEED := 0
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_DISABLE_TELEMETRY := 1
+export MPLBACKEND := Agg
+
+.PHONY: install test unit notebooks lint book sync bench clean
+
+install: $(STAMP)
+
+# torch first, pinned to the CPU build where one is on disk, so nothing pulls the CUDA wheels.
+$(STAMP): requirements.txt pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	touch $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check lipnb tests bench
+	$(PY) -m jupytext --check 'true' book/*.md >/dev/null
+
+test: $(STAMP) lint
+	$(PY) -m pytest -q tests book --nbval-lax --nbval-current-env
+
+book: $(STAMP)
+	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going --path-output .
+
+# Re-execute every chapter and store its outputs in the paired .ipynb (after editing a .md).
+notebooks: $(STAMP)
+	for f in book/[0-9]*.md; do $(PY) -m jupytext --sync --execute "$$f" || exit 1; done
+
+bench: $(STAMP)
+	$(PY) bench/lipschitz.py
+
+clean:
+	rm -rf _build .pytest_cache

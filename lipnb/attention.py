@@ -1,0 +1,244 @@
+"""Self-attention as a map on sequences: Definitions 2.1, 2.2, 2.5 and C.4 of Castin et al. (2024).
+
+Tensors are batched: a sequence of ``n`` tokens of dimension ``d`` is a row of a ``(B, n, d)`` tensor.
+Every function follows the device and dtype of its input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "MultiHead",
+    "attention_matrix",
+    "check_tokens",
+    "lemma_c2_jvp",
+    "multihead_attention",
+    "self_attention",
+]
+
+
+def check_tokens(X: Tensor, name: str = "X") -> None:
+    """Raise ``ValueError`` unless ``X`` is a finite ``(batch, n, d)`` tensor with ``n, d >= 1``."""
+    if not isinstance(X, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
+    if X.dim() != 3:
+        raise ValueError(f"{name} must have shape (batch, n, d); got shape {tuple(X.shape)}")
+    if X.shape[0] < 1:
+        raise ValueError(f"{name} has an empty batch (shape {tuple(X.shape)})")
+    if X.shape[1] < 1:
+        raise ValueError(f"{name} has n = {X.shape[1]} tokens; a sequence needs n >= 1")
+    if X.shape[2] < 1:
+        raise ValueError(f"{name} has token dimension d = 0")
+    if not bool(torch.isfinite(X).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def _check_matrix(M: Tensor, name: str, rank: int) -> None:
+    if not isinstance(M, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}")
+    if M.dim() != rank:
+        raise ValueError(f"{name} must have {rank} dimensions; got shape {tuple(M.shape)}")
+    if not bool(torch.isfinite(M).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def _log_weights(weights: Tensor | None, X: Tensor) -> Tensor | None:
+    """Validate the simplex weights of Def C.4 and return their logarithm, shape (B, 1, n)."""
+    if weights is None:
+        return None
+    w = torch.as_tensor(weights, dtype=X.dtype, device=X.device)
+    if w.dim() == 1:
+        w = w.expand(X.shape[0], -1)
+    if w.shape != X.shape[:2]:
+        raise ValueError(f"weights must have shape (n,) or (batch, n) = {tuple(X.shape[:2])}; "
+                         f"got {tuple(w.shape)}")
+    if not bool(torch.isfinite(w).all()) or bool((w <= 0).any()):
+        raise ValueError("weights must be finite and strictly positive")
+    return torch.log(w / w.sum(-1, keepdim=True)).unsqueeze(-2)
+
+
+def attention_matrix(
+    X: Tensor,
+    A: Tensor,
+    *,
+    score_bias: Tensor | None = None,
+    masked: bool = False,
+    weights: Tensor | None = None,
+) -> Tensor:
+    """Def 2.1: ``P_ij = softmax_j <A x_i + c, x_j>`` (Def 2.5 when masked, Def C.4 with weights).
+
+    ``A`` is ``(d, d)`` or stacked heads ``(H, d, d)``; the result is ``(B, n, n)`` or ``(B, H, n, n)``.
+    The softmax subtracts each row's maximum, so scores of any size give no overflow.
+    """
+    check_tokens(X)
+    if A.dim() not in (2, 3) or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"A must be a square (d, d) matrix or (H, d, d) stack; got {tuple(A.shape)}")
+    _check_matrix(A, "A", A.dim())
+    d = X.shape[-1]
+    if A.shape[-1] != d:
+        raise ValueError(f"A is {tuple(A.shape[-2:])} but tokens have dimension d = {d}")
+    Xh = X if A.dim() == 2 else X.unsqueeze(1)
+    queries = Xh @ A.mT
+    if score_bias is not None:
+        queries = queries + (score_bias if A.dim() == 2 else score_bias.unsqueeze(-2))
+    scores = queries @ Xh.mT
+    log_w = _log_weights(weights, X)
+    if log_w is not None:
+        scores = scores + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
+    if masked:
+        n = X.shape[1]
+        future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
+        scores = scores.masked_fill(future, -math.inf)
+    return torch.softmax(scores, dim=-1)
+
+
+def self_attention(
+    X: Tensor,
+    A: Tensor,
+    V: Tensor,
+    *,
+    masked: bool = False,
+    weights: Tensor | None = None,
+) -> Tensor:
+    """Def 2.1: ``f(X)_i = sum_j P_ij V x_j`` (Def 2.5 when masked, weighted Def C.4 with weights).
+
+    ``X`` is ``(B, n, d)``, ``A`` is ``(d, d)``, ``V`` is ``(d_v, d)``; returns ``(B, n, d_v)``.
+    """
+    _check_matrix(V, "V", 2)
+    if V.shape[1] != X.shape[-1]:
+        raise ValueError(f"V is {tuple(V.shape)} but tokens have dimension d = {X.shape[-1]}")
+    P = attention_matrix(X, A, masked=masked, weights=weights)
+    return P @ (X @ V.mT)
+
+
+@dataclass(frozen=True)
+class MultiHead:
+    """Def 2.2 with the biases of App. E.3: ``f(X)_i = sum_h W_h f_h(X)_i + b_O``.
+
+    Head ``h`` has scores ``<A_h x_i + c_h, x_j>`` and values ``V_h x_j + b_h``. Shapes:
+    ``A`` ``(H, d, d)``, ``V`` ``(H, k, d)``, ``W`` ``(H, d_out, k)``, ``score_bias`` ``(H, d)``,
+    ``value_bias`` ``(H, k)``, ``output_bias`` ``(d_out,)``.
+    """
+
+    A: Tensor
+    V: Tensor
+    W: Tensor
+    score_bias: Tensor | None = None
+    value_bias: Tensor | None = None
+    output_bias: Tensor | None = None
+
+    def __post_init__(self) -> None:
+        _check_matrix(self.A, "A", 3)
+        _check_matrix(self.V, "V", 3)
+        _check_matrix(self.W, "W", 3)
+        H, d, d2 = self.A.shape
+        if d != d2:
+            raise ValueError(f"each A_h must be square; got A of shape {tuple(self.A.shape)}")
+        if self.V.shape[0] != H or self.V.shape[2] != d:
+            raise ValueError(f"V must be (H, k, d) = ({H}, k, {d}); got {tuple(self.V.shape)}")
+        k = self.V.shape[1]
+        if self.W.shape[0] != H or self.W.shape[2] != k:
+            raise ValueError(f"W must be (H, d_out, k) = ({H}, d_out, {k}); got {tuple(self.W.shape)}")
+        expected = {"score_bias": (H, d), "value_bias": (H, k), "output_bias": (self.W.shape[1],)}
+        for name, shape in expected.items():
+            b = getattr(self, name)
+            if b is not None:
+                _check_matrix(b, name, len(shape))
+                if tuple(b.shape) != shape:
+                    raise ValueError(f"{name} must have shape {shape}; got {tuple(b.shape)}")
+
+    @classmethod
+    def from_projections(
+        cls,
+        Q: Tensor,
+        K: Tensor,
+        V: Tensor,
+        W: Tensor,
+        *,
+        q_bias: Tensor | None = None,
+        v_bias: Tensor | None = None,
+        o_bias: Tensor | None = None,
+    ) -> MultiHead:
+        """Def 2.2 from per-head projections ``Q_h, K_h, V_h`` ``(H, k, d)``: ``A_h = K_h^T Q_h / sqrt(k)``.
+
+        The key bias does not change the attention matrix (Remark E.1), so it is not an argument;
+        the query bias enters as ``c_h = K_h^T b_Q / sqrt(k)``.
+        """
+        scale = 1.0 / math.sqrt(Q.shape[1])
+        A = K.mT @ Q * scale
+        c = None if q_bias is None else (K.mT @ q_bias.unsqueeze(-1)).squeeze(-1) * scale
+        return cls(A=A, V=V, W=W, score_bias=c, value_bias=v_bias, output_bias=o_bias)
+
+    @classmethod
+    def single(cls, A: Tensor, V: Tensor) -> MultiHead:
+        """One head with ``W = I``: the single-head map of Def 2.1 as a :class:`MultiHead`."""
+        k = V.shape[0]
+        return cls(A=A[None], V=V[None], W=torch.eye(k, dtype=V.dtype, device=V.device)[None])
+
+    @property
+    def num_heads(self) -> int:
+        return self.A.shape[0]
+
+    def to(self, *args, **kwargs) -> MultiHead:
+        """Move or cast every parameter, like ``Tensor.to``."""
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(*args, **kwargs)
+
+        return MultiHead(move(self.A), move(self.V), move(self.W), move(self.score_bias),
+                         move(self.value_bias), move(self.output_bias))
+
+
+def multihead_attention(
+    X: Tensor,
+    heads: MultiHead,
+    *,
+    masked: bool = False,
+    weights: Tensor | None = None,
+) -> Tensor:
+    """Def 2.2: multi-head attention ``sum_h W_h f_h(X)_i + b_O``, heads computed in one batch.
+
+    Masked (Def 2.5) and weighted (Def C.4) like :func:`self_attention`; returns ``(B, n, d_out)``.
+    """
+    P = attention_matrix(X, heads.A, score_bias=heads.score_bias, masked=masked, weights=weights)
+    values = torch.einsum("bnd,hkd->bhnk", X, heads.V)
+    if heads.value_bias is not None:
+        values = values + heads.value_bias[:, None, :]
+    out = torch.einsum("bhnk,hek->bne", P @ values, heads.W)
+    if heads.output_bias is not None:
+        out = out + heads.output_bias
+    return out
+
+
+def lemma_c2_jvp(
+    X: Tensor,
+    A: Tensor,
+    V: Tensor,
+    E: Tensor,
+    *,
+    score_bias: Tensor | None = None,
+    masked: bool = False,
+    weights: Tensor | None = None,
+) -> Tensor:
+    """Lemma C.2 (D.1 masked, C.6 weighted, E.2 biased): the differential ``D_X f(E)`` in closed form.
+
+    ``(D_X f(E))_i = V [ sum_j P_ij e_j + Cov_i A e_i + sum_j P_ij (x_j - xbar_i) <A x_i + c, e_j> ]``.
+    """
+    if E.shape != X.shape:
+        raise ValueError(f"E must have the shape of X {tuple(X.shape)}; got {tuple(E.shape)}")
+    P = attention_matrix(X, A, score_bias=score_bias, masked=masked, weights=weights)
+    xbar = P @ X
+    query = X @ A.mT if score_bias is None else X @ A.mT + score_bias
+    mean_term = P @ E
+    # Cov_i (A e_i) = sum_j P_ij x_j <x_j, A e_i> - xbar_i <xbar_i, A e_i>
+    Ae = E @ A.mT
+    t = Ae @ X.mT
+    cov_term = (P * t) @ X - xbar * (P * t).sum(-1, keepdim=True)
+    # sum_j P_ij (x_j - xbar_i) <A x_i + c, e_j>
+    r = query @ E.mT
+    spread_term = (P * r) @ X - xbar * (P * r).sum(-1, keepdim=True)
+    return (mean_term + cov_term + spread_term) @ V.mT

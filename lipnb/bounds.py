@@ -1,0 +1,165 @@
+"""The Lipschitz bounds of Castin et al. (2024), each a function citing its result.
+
+Upper bounds hold for every input they cover; lower bounds are attained by the inputs of
+:mod:`lipnb.adversarial`. Scalars broadcast: ``R`` and ``n`` may be numbers or tensors.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .adversarial import real_eigenpairs
+from .attention import MultiHead, attention_matrix, check_tokens
+
+__all__ = [
+    "argmax_counts",
+    "gamma",
+    "lemma_3_8",
+    "lemma_c_7",
+    "multihead_bound",
+    "multihead_data_bound",
+    "proposition_3_4",
+    "proposition_3_6",
+    "theorem_3_3",
+    "theorem_3_5",
+    "theorem_3_7_limit",
+    "theorem_c_3",
+    "theorem_e_3",
+]
+
+
+def _norm2(M: Tensor) -> Tensor:
+    return torch.linalg.matrix_norm(M.double(), ord=2)
+
+
+def _as_tensor(x: float | Tensor) -> Tensor:
+    return torch.as_tensor(x, dtype=torch.float64)
+
+
+def theorem_3_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
+    """Theorem 3.3 (and 4.3, masked): ``Lip(f|B_R^n) <= √3 ||V|| (||A||² R⁴ (4n+1) + n)^{1/2}``."""
+    return theorem_e_3(A, V, R, n)
+
+
+def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
+                score_bias: Tensor | None = None) -> Tensor:
+    """Theorem E.3 (biases): ``√3 ||V|| (||A||² R⁴ + 4n R² (||A|| R + |c|)² + n)^{1/2}``.
+
+    ``c`` is the score bias (scores ``<A x_i + c, x_j>``); the value bias does not enter the
+    Jacobian. With ``c = 0`` this is exactly Theorem 3.3.
+    """
+    a, v = _norm2(A), _norm2(V)
+    R, n = _as_tensor(R), _as_tensor(n)
+    c = 0.0 if score_bias is None else score_bias.double().norm()
+    return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
+
+
+def _head_terms(X: Tensor, A: Tensor, score_bias: Tensor | None, masked: bool) -> Tensor:
+    """Our refinement of the proof of Theorem 3.3 at ``X`` for ``V = I`` (Theorem C.3), shape ``(B,)``.
+
+    ``||P||₂ + max_i ||Cov_i A||₂ + (max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``.
+    """
+    X = X.double()
+    A = A.double()
+    c = None if score_bias is None else score_bias.double()
+    P = attention_matrix(X, A, score_bias=c, masked=masked)
+    xbar = P @ X
+    second = torch.einsum("bij,bjd,bje->bide", P, X, X)
+    cov = second - xbar.unsqueeze(-1) * xbar.unsqueeze(-2)
+    mean_term = torch.linalg.matrix_norm(P, ord=2)
+    cov_term = torch.linalg.matrix_norm(cov @ A, ord=2).amax(1)
+    query = X @ A.mT if c is None else X @ A.mT + c
+    spread = (query.square().sum(-1) * cov.diagonal(dim1=-2, dim2=-1).sum(-1)).amax(1)
+    spread_term = torch.sqrt(spread.clamp_min(0) * P.sum(1).amax(1))
+    return mean_term + cov_term + spread_term
+
+
+def theorem_c_3(X: Tensor, A: Tensor, V: Tensor, *, score_bias: Tensor | None = None,
+                masked: bool = False) -> Tensor:
+    """Theorem C.3 (data-dependent form of Theorem 3.3, our derivation): a bound on ``Lip_X(f)``, ``(B,)``.
+
+    ``||V|| (||P||₂ + max_i ||Cov_i A||₂ + (max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2})``,
+    each term bounding one term of Lemma C.2 (D.1 when masked, E.2 with a score bias).
+    """
+    check_tokens(X)
+    return _norm2(V) * _head_terms(X, A, score_bias, masked)
+
+
+def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -> Tensor:
+    """Lemma 3.8 with Theorem C.3 per head: ``Lip_X(f^MH) <= Σ_h ||W_h V_h||₂ · (head-h terms)``, ``(B,)``."""
+    check_tokens(X)
+    total = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
+    for h in range(heads.num_heads):
+        c = None if heads.score_bias is None else heads.score_bias[h]
+        total = total + _norm2(heads.W[h] @ heads.V[h]) * _head_terms(X, heads.A[h], c, masked)
+    return total
+
+
+def lemma_3_8(W: Tensor, head_constants: Tensor) -> Tensor:
+    """Lemma 3.8: ``Lip(f^MH) <= Σ_h ||W_h||₂ Lip(f_h)`` for ``W`` ``(H, d_out, k)``, constants ``(H, ...)``."""
+    w = _norm2(W)
+    return torch.einsum("h,h...->...", w, head_constants.double())
+
+
+def multihead_bound(heads: MultiHead, R: float | Tensor, n: int | Tensor) -> Tensor:
+    """Lemma 3.8 with Theorem E.3 per head: a bound on ``Lip(f^MH | B_R^n)`` for a real layer."""
+    per_head = torch.stack([
+        theorem_e_3(heads.A[h], heads.V[h], R, n,
+                    None if heads.score_bias is None else heads.score_bias[h])
+        for h in range(heads.num_heads)
+    ])
+    return lemma_3_8(heads.W, per_head)
+
+
+def theorem_3_5(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
+    """Theorem 3.5 / Equation (1): ``||V|| (1 + 3 ||A|| R²) exp(2 ||A|| R²)``, for every ``n``."""
+    a, v, R = _norm2(A), _norm2(V), _as_tensor(R)
+    return v * (1 + 3 * a * R**2) * torch.exp(2 * a * R**2)
+
+
+def gamma(A: Tensor) -> Tensor:
+    """Proposition 3.4: ``γ = max(γ_1 / 8, -γ_d)`` from the largest and smallest real eigenvalues of ``A``."""
+    values, _ = real_eigenpairs(A)
+    return torch.maximum(values[0] / 8, -values[-1])
+
+
+def proposition_3_4(A: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
+    """Proposition 3.4 (``V = I``): ``Lip(f|B_R^n) >= √(n-1) / (1 + (n-1) exp(-2 γ R²))``."""
+    g, R, n = gamma(A), _as_tensor(R), _as_tensor(n)
+    return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-2 * g * R**2))
+
+
+def lemma_c_7(eigenvalue: float | Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
+    """Lemma C.7 (``V = I``): ``Lip_X(f) >= √(n-1) p`` at its configuration for eigenvalue ``λ``.
+
+    ``p = 1/(1 + (n-1) e^{-λR²/4})`` if ``λ > 0``, ``p = 1/(1 + (n-1) e^{-2|λ|R²})`` if ``λ < 0``.
+    """
+    lam, R, n = _as_tensor(eigenvalue), _as_tensor(R), _as_tensor(n)
+    rate = torch.where(lam > 0, lam / 4, 2 * lam.abs())
+    return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-rate * R**2))
+
+
+def proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
+    """Proposition 3.6 / C.8 (``V = I``), leading order: the two-Dirac constant grows like ``(γ/2) R² e^{γR²}``."""
+    g, R = gamma(A), _as_tensor(R)
+    return g / 2 * R**2 * torch.exp(g * R**2)
+
+
+def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
+    """Theorem 3.7: ``#{i : m_i = j}`` for ``m_i = argmax_j <A x_i, x_j>`` (``j <= i`` if masked), ``(B, n)``."""
+    check_tokens(X)
+    scores = (X @ A.mT) @ X.mT
+    if masked:
+        n = X.shape[1]
+        future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
+        scores = scores.masked_fill(future, -math.inf)
+    m = scores.argmax(-1)
+    return torch.zeros_like(m).scatter_add_(1, m, torch.ones_like(m))
+
+
+def theorem_3_7_limit(X: Tensor, A: Tensor, V: Tensor, *, masked: bool = False) -> Tensor:
+    """Theorem 3.7 (4.5 masked): ``lim_R Lip_{RX}(f) = ||V||₂ √(max_j #{i : m_i = j})``, ``(B,)``."""
+    return _norm2(V) * argmax_counts(X, A, masked=masked).amax(1).double().sqrt()
