@@ -24,7 +24,6 @@ $(STAMP): requirements.txt pyproject.toml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lipnb tests bench
-	$(PY) -m jupytext --check 'true' book/*.md >/dev/null
 
 test: $(STAMP) lint
 	$(PY) -m pytest -q tests book --nbval-lax --nbval-current-env

@@ -8,6 +8,8 @@ the theorems' bounds (:mod:`lipnb.bounds`) and the inputs that attain them
 
 from __future__ import annotations
 
+__version__ = "0.1.0"
+
 import importlib
 from types import ModuleType
 
@@ -26,6 +28,7 @@ __all__ = [
     "LipschitzResult",
     "MultiHead",
     "NotConvergedWarning",
+    "__version__",
     "adversarial",
     "attention_matrix",
     "bounds",
