@@ -13,9 +13,12 @@ import torch
 from torch import Tensor
 
 __all__ = [
+    "AttentionLinearization",
     "MultiHead",
+    "MultiHeadMap",
     "attention_matrix",
     "check_tokens",
+    "concat_heads",
     "lemma_c2_jvp",
     "multihead_attention",
     "self_attention",
@@ -242,3 +245,208 @@ def lemma_c2_jvp(
     r = query @ E.mT
     spread_term = (P * r) @ X - xbar * (P * r).sum(-1, keepdim=True)
     return (mean_term + cov_term + spread_term) @ V.mT
+
+
+# --------------------------------------------------------------------------- closed-form Jacobian products
+
+
+def concat_heads(heads: MultiHead) -> MultiHead:
+    """Def 2.2 without the output projection: ``W_h`` = block ``h`` of the identity, no output bias.
+
+    The map sends ``X`` to the heads' outputs side by side, ``(f_1(X)_i, ..., f_H(X)_i)`` of
+    dimension ``H k``: what BERT's ``BertSelfAttention`` returns (``attention_map(.., kind="self")``).
+    """
+    H, k = heads.V.shape[:2]
+    eye = torch.eye(H * k, dtype=heads.V.dtype, device=heads.V.device)
+    return MultiHead(heads.A, heads.V, eye.view(H * k, H, k).permute(1, 0, 2).contiguous(),
+                     heads.score_bias, heads.value_bias, None)
+
+
+@dataclass(frozen=True)
+class _Factors:
+    """Heads with ``A_h = K_hᵀ Q_h`` factored: scores ``<Q_h x_i + q_h, K_h x_j>``, values ``V_h x_j + b_h``.
+
+    ``proj`` stacks, head by head, the rows ``[Q_h; K_h; V_h]`` (shape ``(H (2r + k), d)``), so one
+    matrix product gives every projection of a token; ``W`` is ``None`` when the output is the
+    concatenation of the heads (:func:`concat_heads`).
+    """
+
+    proj: Tensor
+    q_bias: Tensor | None
+    v_bias: Tensor | None
+    W: Tensor | None
+    out_bias: Tensor | None
+    rank: int
+    num_heads: int
+    head_dim: int
+
+    def to(self, like: Tensor) -> _Factors:
+        def move(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t.to(dtype=like.dtype, device=like.device)
+
+        return _Factors(move(self.proj), move(self.q_bias), move(self.v_bias), move(self.W),
+                        move(self.out_bias), self.rank, self.num_heads, self.head_dim)
+
+
+def _factor_heads(heads: MultiHead, rtol: float | None) -> _Factors:
+    """SVD of each ``A_h`` in float64, truncated at ``rtol * σ_max`` (numerical rank); biases folded in.
+
+    The score bias ``c_h`` of App. E.3 becomes a query bias ``q_h`` with ``K_hᵀ q_h = c_h`` when ``c_h``
+    lies in the range of ``K_hᵀ`` (always so for ``c_h = K_hᵀ b_Q``), else an extra rank: a constant
+    query coordinate 1 paired with the key coordinate ``<c_h, x_j>``.
+    """
+    A = heads.A.double()
+    H, d, _ = A.shape
+    tol = d * torch.finfo(heads.A.dtype).eps if rtol is None else rtol
+    U, S, Vh = torch.linalg.svd(A)
+    rank = max(1, int((S > tol * S[:, :1]).sum(1).max()))
+    U, S, Vh = U[:, :, :rank], S[:, :rank], Vh[:, :rank]
+    root = S.sqrt()
+    Q = root.unsqueeze(-1) * Vh                    # (H, r, d)
+    K = root.unsqueeze(-1) * U.mT                  # (H, r, d): K_hᵀ Q_h = U S Vᵀ = A_h
+    q_bias = None
+    if heads.score_bias is not None:
+        c = heads.score_bias.double()
+        coeff = (U.mT @ c.unsqueeze(-1)).squeeze(-1)            # Uᵀ c
+        outside = c - (U @ coeff.unsqueeze(-1)).squeeze(-1)
+        if bool((outside.norm(dim=-1) <= tol * c.norm(dim=-1).clamp_min(1e-300)).all()):
+            q_bias = coeff / root.clamp_min(torch.finfo(torch.float64).tiny)
+        else:
+            Q = torch.cat([Q, A.new_zeros(H, 1, d)], 1)
+            K = torch.cat([K, c.unsqueeze(1)], 1)
+            q_bias = torch.cat([A.new_zeros(H, rank), A.new_ones(H, 1)], 1)
+            rank += 1
+    V = heads.V.double()
+    proj = torch.cat([Q, K, V], 1).reshape(-1, d)
+    k = V.shape[1]
+    eye = torch.eye(H * k, dtype=heads.W.dtype, device=heads.W.device).view(H * k, H, k).permute(1, 0, 2)
+    concat = heads.W.shape == eye.shape and bool(torch.equal(heads.W, eye)) and heads.output_bias is None
+    return _Factors(
+        proj=proj,
+        q_bias=q_bias,
+        v_bias=None if heads.value_bias is None else heads.value_bias.double(),
+        W=None if concat else heads.W.double(),
+        out_bias=None if heads.output_bias is None else heads.output_bias.double(),
+        rank=rank,
+        num_heads=H,
+        head_dim=k,
+    )
+
+
+class AttentionLinearization:
+    """Lemma C.2 for multi-head attention (Def 2.2; masked: Lemma D.1; biased: Lemma E.2) at a batch ``X``.
+
+    One forward pass stores, per head, ``P``, the projections ``Q X + q``, ``K X``, ``V X + b`` and the
+    head outputs ``O = P (V X + b)``; then ``jvp(E) = D_X f(E)`` and ``vjp(G) = D_X fᵀ(G)`` cost a few
+    batched matrix products each, with no autograd graph. ``select(index)`` keeps the inputs ``index``.
+    """
+
+    def __init__(self, factors: _Factors, P: Tensor, Qx: Tensor, Kx: Tensor, Vx: Tensor, Oh: Tensor,
+                 output: Tensor) -> None:
+        self.factors, self.P, self.Qx, self.Kx, self.Vx, self.Oh = factors, P, Qx, Kx, Vx, Oh
+        self.output = output
+
+    @classmethod
+    def at(cls, factors: _Factors, X: Tensor, masked: bool) -> AttentionLinearization:
+        """The forward pass at ``X`` ``(B, n, d)``: attention matrices and projections of every head."""
+        F = factors.to(X)
+        B, n, _ = X.shape
+        r, H, k = F.rank, F.num_heads, F.head_dim
+        proj = (X @ F.proj.mT).view(B, n, H, 2 * r + k).transpose(1, 2)      # (B, H, n, 2r + k)
+        Qx, Kx, Vx = proj.split([r, r, k], dim=-1)
+        if F.q_bias is not None:
+            Qx = Qx + F.q_bias.unsqueeze(1)
+        if F.v_bias is not None:
+            Vx = Vx + F.v_bias.unsqueeze(1)
+        scores = Qx @ Kx.mT
+        if masked:
+            future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
+            scores = scores.masked_fill(future, -math.inf)
+        P = torch.softmax(scores, dim=-1)
+        Oh = P @ Vx
+        lin = cls(F, P, Qx.contiguous(), Kx.contiguous(), Vx.contiguous(), Oh, X.new_empty(0))
+        out = lin._combine(Oh)
+        lin.output = out if F.out_bias is None else out + F.out_bias
+        return lin
+
+    def _combine(self, heads_out: Tensor) -> Tensor:
+        """``sum_h W_h o_h`` of per-head outputs ``(B, H, n, k)``, or their concatenation, ``(B, n, d_out)``."""
+        B, H, n, k = heads_out.shape
+        if self.factors.W is None:
+            return heads_out.transpose(1, 2).reshape(B, n, H * k)
+        return torch.einsum("bhnk,hek->bne", heads_out, self.factors.W)
+
+    def _split(self, G: Tensor) -> Tensor:
+        """Adjoint of :meth:`_combine`: ``(B, n, d_out)`` to per-head ``W_hᵀ g`` ``(B, H, n, k)``."""
+        H, k = self.Vx.shape[1], self.Vx.shape[3]
+        if self.factors.W is None:
+            return G.view(G.shape[0], G.shape[1], H, k).transpose(1, 2)
+        return torch.einsum("bne,hek->bhnk", G, self.factors.W)
+
+    def jvp(self, E: Tensor) -> Tensor:
+        """``D_X f(E)``: Lemma C.2 term by term, with ``dS = dQ Kᵀ + Q dKᵀ`` and ``dP = P ⊙ (dS - P dS)``."""
+        B, n, _ = E.shape
+        r, k = self.Qx.shape[-1], self.Vx.shape[-1]
+        H = self.Vx.shape[1]
+        dproj = (E @ self.factors.proj.mT).view(B, n, H, 2 * r + k).transpose(1, 2)
+        dQ, dK, dV = dproj.split([r, r, k], dim=-1)
+        # scores move by dQ Kᵀ + Q dKᵀ: one product with inner dimension 2r
+        dS = torch.cat([dQ, self.Qx], -1) @ torch.cat([self.Kx, dK], -1).mT
+        T = dS.mul_(self.P)
+        dO = T @ self.Vx - T.sum(-1, keepdim=True) * self.Oh + self.P @ dV
+        return self._combine(dO)
+
+    def vjp(self, G: Tensor) -> Tensor:
+        """``D_X fᵀ(G)``: the adjoint of :meth:`jvp`, ``dS = P ⊙ (dO Vᵀ - <dO_i, O_i>)``."""
+        B, n = G.shape[:2]
+        dO = self._split(G)
+        dS = dO @ self.Vx.mT
+        dS.sub_((dO * self.Oh).sum(-1, keepdim=True)).mul_(self.P)
+        dV = self.P.mT @ dO
+        dQ = dS @ self.Kx
+        dK = dS.mT @ self.Qx
+        grads = torch.cat([dQ, dK, dV], -1).transpose(1, 2).reshape(B, n, -1)
+        return grads @ self.factors.proj
+
+    def select(self, index: Tensor) -> AttentionLinearization:
+        """The linearization at the inputs ``index`` of the batch only."""
+        return AttentionLinearization(self.factors, self.P[index], self.Qx[index], self.Kx[index],
+                                      self.Vx[index], self.Oh[index], self.output[index])
+
+
+@dataclass(frozen=True, eq=False)
+class MultiHeadMap:
+    """Multi-head attention (Def 2.2, masked: Def 2.5) as a callable map that knows its Jacobian.
+
+    ``MultiHeadMap(heads, masked)(X)`` is ``multihead_attention(X, heads, masked=masked)`` with the
+    parameters cast to ``X``'s dtype and device; ``linearize(X)`` returns the closed-form
+    :class:`AttentionLinearization` (Lemma C.2), which :func:`lipnb.local_lipschitz` uses instead of
+    generic automatic differentiation. Each ``A_h`` is factored once (float64 SVD, truncated at its
+    numerical rank ``rtol * σ_max``, default ``d * eps`` of the parameters' dtype), so the products
+    cost ``O(n d H r + n² H r)`` with ``r = rank A_h`` (``k`` for a real layer).
+    """
+
+    heads: MultiHead
+    masked: bool = False
+    rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_factors", _factor_heads(self.heads, self.rtol))
+        object.__setattr__(self, "_cast", {})
+
+    def _heads_like(self, X: Tensor) -> MultiHead:
+        key = (X.dtype, X.device)
+        if key not in self._cast:
+            self._cast[key] = self.heads.to(dtype=X.dtype, device=X.device)
+        return self._cast[key]
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return multihead_attention(X, self._heads_like(X), masked=self.masked)
+
+    def linearize(self, X: Tensor) -> AttentionLinearization:
+        """Lemma C.2 at the batch ``X``: reusable closed-form ``jvp`` and ``vjp`` (no autograd)."""
+        check_tokens(X)
+        if X.shape[-1] != self.heads.A.shape[-1]:
+            raise ValueError(f"tokens have d = {X.shape[-1]} but the heads expect d = {self.heads.A.shape[-1]}")
+        with torch.no_grad():
+            return AttentionLinearization.at(self._factors, X.detach(), self.masked)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -18,6 +18,8 @@ from torch import Tensor
 from .attention import check_tokens
 
 __all__ = [
+    "Linearizable",
+    "Linearization",
     "LipschitzResult",
     "NotConvergedWarning",
     "exact_local_lipschitz",
@@ -56,29 +58,58 @@ class LipschitzResult:
 
 @dataclass(frozen=True)
 class Linearization:
-    """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched."""
+    """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched.
+
+    ``select(index)``, when given, returns the linearization at the inputs ``index`` only; it lets
+    :func:`local_lipschitz` stop spending products on inputs that have converged.
+    """
 
     output: Tensor
     jvp: Map
     vjp: Map
+    select: Callable[[Tensor], Linearization] | None = None
+
+
+@runtime_checkable
+class Linearizable(Protocol):
+    """A map ``fn`` that knows its own Jacobian: ``fn.linearize(X)`` returns an object with ``output``,
+    ``jvp`` and ``vjp`` (optionally ``select``) like :class:`Linearization`, e.g.
+    :class:`lipnb.attention.MultiHeadMap` (Lemma C.2 in closed form)."""
+
+    def __call__(self, X: Tensor) -> Tensor: ...
+
+    def linearize(self, X: Tensor) -> Linearization: ...
+
+
+def _check_output(Y: object, X: Tensor) -> None:
+    if not isinstance(Y, Tensor) or Y.dim() != 3 or Y.shape[0] != X.shape[0]:
+        shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
+        raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
+                         f" it returned {shape}")
 
 
 def linearize(fn: Map, X: Tensor) -> Linearization:
     """Record one forward pass of ``fn`` at ``X`` and return reusable JVP and VJP closures.
 
-    The JVP is the transpose of the VJP, obtained by differentiating the VJP with respect to its
-    (dummy) cotangent, so no later product re-runs the forward pass.
+    A :class:`Linearizable` ``fn`` supplies its own (closed-form) products. Otherwise the JVP is the
+    transpose of the VJP, obtained by differentiating the VJP with respect to its (dummy) cotangent,
+    so no later product re-runs the forward pass; ``select`` re-linearizes on a sub-batch.
     """
+    if isinstance(fn, Linearizable):
+        lin = fn.linearize(X)
+        _check_output(lin.output, X)
+        return lin
+
+    def select(index: Tensor) -> Linearization:
+        return linearize(fn, X[index])
+
     Xg = X.detach().requires_grad_(True)
     with torch.enable_grad():
         Y = fn(Xg)
-        if not isinstance(Y, Tensor) or Y.dim() != 3 or Y.shape[0] != X.shape[0]:
-            shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-            raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
-                             f" it returned {shape}")
+        _check_output(Y, X)
         if not Y.requires_grad:
             zero_in, zero_out = torch.zeros_like(X), torch.zeros_like(Y)
-            return Linearization(Y.detach(), lambda u: zero_out, lambda v: zero_in)
+            return Linearization(Y.detach(), lambda u: zero_out[: len(u)], lambda v: zero_in[: len(v)], select)
         G = torch.zeros_like(Y, requires_grad=True)
         (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True)
 
@@ -92,7 +123,7 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
             (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True)
         return Jtv
 
-    return Linearization(Y.detach(), jvp, vjp)
+    return Linearization(Y.detach(), jvp, vjp, select)
 
 
 def _batched_dot(a: Tensor, b: Tensor) -> Tensor:
@@ -104,78 +135,187 @@ def _normalize(v: Tensor) -> Tensor:
     return v / norm.view(-1, *([1] * (v.dim() - 1)))
 
 
-def _power(normal: Map, u: Tensor, tol: float, max_iter: int) -> tuple[Tensor, ...]:
+class _Normal:
+    """``u -> JᵀJ u`` on the still-active inputs of a chunk, each a row of ``u``.
+
+    Rows of finished inputs are dropped with :meth:`keep`. A linearization with a cheap ``select``
+    (closed form) is shrunk at once; one that re-linearizes (autograd) only when at most half its
+    batch is still active; until then finished inputs get zero vectors, which change nothing.
+    """
+
+    def __init__(self, lin: Linearization) -> None:
+        self.lin = lin
+        self.rows = torch.arange(len(lin.output), device=lin.output.device)
+        self.size = len(self.rows)
+        select = getattr(lin, "select", None)
+        self.ratio = 0.0 if select is None else 0.5 if isinstance(lin, Linearization) else 1.0
+        self.products = 0
+
+    def __call__(self, u: Tensor) -> Tensor:
+        self.products += 1
+        if len(self.rows) == self.size:
+            return self.lin.vjp(self.lin.jvp(u))
+        full = u.new_zeros(self.size, *u.shape[1:])
+        full[self.rows] = u
+        return self.lin.vjp(self.lin.jvp(full))[self.rows]
+
+    def keep(self, mask: Tensor) -> None:
+        self.rows = self.rows[mask]
+        if 0 < len(self.rows) <= self.ratio * self.size:
+            self.lin = self.lin.select(self.rows)
+            self.rows = torch.arange(len(self.rows), device=self.rows.device)
+            self.size = len(self.rows)
+
+
+@dataclass
+class _Outcome:
+    """Per-input results of one chunk, filled in as inputs finish."""
+
+    theta: Tensor
+    iterations: Tensor
+    converged: Tensor
+    residual: Tensor
+    vector: Tensor
+
+    @classmethod
+    def empty(cls, u: Tensor) -> _Outcome:
+        B = len(u)
+        theta = torch.zeros(B, dtype=torch.float64, device=u.device)
+        return cls(theta, torch.zeros(B, dtype=torch.long, device=u.device),
+                   torch.zeros(B, dtype=torch.bool, device=u.device), torch.full_like(theta, torch.inf),
+                   torch.zeros_like(u))
+
+    def record(self, index: Tensor, theta: Tensor, iterations: int, converged: Tensor, residual: Tensor,
+               vector: Tensor) -> None:
+        self.theta[index] = theta
+        self.iterations[index] = iterations
+        self.converged[index] = converged
+        self.residual[index] = residual
+        self.vector[index] = vector
+
+
+_TINY = torch.finfo(torch.float64).tiny
+
+
+def _power(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     """App. E.1: ``u <- JᵀJ u / ||JᵀJ u||``, each input stopped when its residual is below ``tol``."""
-    B = u.shape[0]
-    theta = u.new_zeros(B, dtype=torch.float64)
-    residual = torch.full_like(theta, torch.inf)
-    iterations = torch.zeros(B, dtype=torch.long, device=u.device)
-    done = torch.zeros(B, dtype=torch.bool, device=u.device)
-    for _ in range(max_iter):
+    out = _Outcome.empty(u)
+    index = torch.arange(len(u), device=u.device)
+    for it in range(1, max_iter + 1):
         Mu = normal(u)
         th = _batched_dot(u, Mu).double()
-        res = (Mu - th.to(u.dtype).view(-1, 1, 1) * u).flatten(1).norm(dim=1).double()
-        active = ~done
-        theta = torch.where(active, th, theta)
-        residual = torch.where(active, res / th.clamp_min(torch.finfo(torch.float64).tiny), residual)
-        iterations += active.long()
-        done = done | (residual <= tol) | (th <= 0)
-        u = torch.where(active.view(-1, 1, 1), _normalize(Mu), u)
-        if bool(done.all()):
-            break
-    return theta, iterations, done, residual, u
+        res = (Mu - th.to(u.dtype).view(-1, 1, 1) * u).flatten(1).norm(dim=1).double() / th.clamp_min(_TINY)
+        converged = (res <= tol) | (th <= 0)
+        stop = converged | (it == max_iter)
+        if bool(stop.any()):
+            out.record(index[stop], th[stop], it, converged[stop], res[stop], u[stop])
+            keep = ~stop
+            if not bool(keep.any()):
+                break
+            index, u, Mu = index[keep], u[keep], Mu[keep]
+            normal.keep(keep)
+        u = _normalize(Mu)
+    return out
 
 
-def _lanczos(normal: Map, u: Tensor, tol: float, max_iter: int) -> tuple[Tensor, ...]:
+def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     """Lanczos on ``JᵀJ`` with full reorthogonalisation, batched; stops each input on its own.
 
     The top Ritz value ``θ`` never exceeds ``||J||²``; an input stops when the residual of its top
-    Ritz pair, ``β_k |s_k|``, is at most ``tol θ``, or when its Krylov space is invariant.
+    Ritz pair, ``β_k |s_k|``, is at most ``tol θ``, or when its Krylov space is invariant. Finished
+    inputs leave the batch, so later steps only pay for the active ones.
     """
-    B = u.shape[0]
-    shape = u.shape
+    out = _Outcome.empty(u)
+    shape = u.shape[1:]
     N = u[0].numel()
     m = min(max_iter, N)
+    index = torch.arange(len(u), device=u.device)
     q = _normalize(u).flatten(1)
-    basis = q.new_zeros(m, B, N)
-    alpha = q.new_zeros(B, m, dtype=torch.float64)
-    beta = q.new_zeros(B, m, dtype=torch.float64)
-    iterations = torch.zeros(B, dtype=torch.long, device=u.device)
-    done = torch.zeros(B, dtype=torch.bool, device=u.device)
-    theta = q.new_zeros(B, dtype=torch.float64)
-    residual = torch.full_like(theta, torch.inf)
-    s = None
+    basis = q.new_empty(len(q), min(m, 32), N)                  # (b, capacity, N), grown on demand
+    alpha = q.new_zeros(len(q), m, dtype=torch.float64)
+    beta = q.new_zeros(len(q), m, dtype=torch.float64)
+    eps = torch.finfo(q.dtype).eps
     for k in range(m):
-        basis[k] = q
-        w = normal(q.view(shape)).flatten(1)
-        active = ~done
+        if k == basis.shape[1]:
+            basis = torch.cat([basis, basis.new_empty(len(q), min(k, m - k), N)], 1)
+        basis[:, k] = q
+        w = normal(q.view(-1, *shape)).flatten(1)
         a = (q * w).sum(1)
         w = w - a.unsqueeze(1) * q
+        V = basis[:, : k + 1]
         for _ in range(2):
-            w = w - torch.einsum("kb,kbn->bn", torch.einsum("kbn,bn->kb", basis[: k + 1], w),
-                                 basis[: k + 1])
+            w = w - torch.bmm(V.mT, torch.bmm(V, w.unsqueeze(2))).squeeze(2)
         b = w.norm(dim=1)
-        alpha[:, k] = torch.where(active, a.double(), 0.0)
-        beta[:, k] = torch.where(active, b.double(), 0.0)
-        iterations += active.long()
+        alpha[:, k], beta[:, k] = a.double(), b.double()
         T = torch.diag_embed(alpha[:, : k + 1]) + torch.diag_embed(beta[:, :k], 1) \
             + torch.diag_embed(beta[:, :k], -1)
         evals, evecs = torch.linalg.eigh(T)
-        th, s_new = evals[:, -1], evecs[:, :, -1]
-        res = beta[:, k] * s_new[:, -1].abs() / th.clamp_min(torch.finfo(torch.float64).tiny)
-        theta = torch.where(active, th, theta)
-        residual = torch.where(active, res, residual)
-        s = s_new if s is None else torch.where(active.unsqueeze(1), s_new,
-                                                torch.nn.functional.pad(s, (0, 1)))
-        invariant = beta[:, k] <= 1e3 * torch.finfo(q.dtype).eps * th.clamp_min(0)
-        done = done | (residual <= tol) | invariant | (th <= 0)
-        if bool(done.all()):
-            break
-        # Frozen inputs get a zero vector: their products cost nothing extra and change nothing.
-        q = torch.where(done.unsqueeze(1), 0.0, w / b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1))
-    steps = s.shape[1]
-    vec = torch.einsum("bk,kbn->bn", s.to(q.dtype), basis[:steps])
-    return theta, iterations, done, residual, _normalize(vec).view(shape)
+        th, s = evals[:, -1], evecs[:, :, -1]
+        res = beta[:, k] * s[:, -1].abs() / th.clamp_min(_TINY)
+        invariant = beta[:, k] <= 1e3 * eps * th.clamp_min(0)
+        converged = (res <= tol) | invariant | (th <= 0)
+        stop = converged | (k + 1 == m)
+        if bool(stop.any()):
+            vec = torch.bmm(s[stop].to(q.dtype).unsqueeze(1), V[stop]).squeeze(1)
+            out.record(index[stop], th[stop], k + 1, converged[stop], res[stop],
+                       _normalize(vec).view(-1, *shape))
+            keep = ~stop
+            if not bool(keep.any()):
+                break
+            index, basis, alpha, beta, w, b = index[keep], basis[keep], alpha[keep], beta[keep], w[keep], b[keep]
+            normal.keep(keep)
+        q = w / b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1)
+    return out
+
+
+def _is_oom(error: BaseException) -> bool:
+    """An allocation failure (CUDA out of memory, or the CPU allocator refusing a request)."""
+    if isinstance(error, torch.OutOfMemoryError):
+        return True
+    text = str(error)
+    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
+
+
+def _memory_budget(device: torch.device) -> int:
+    """Bytes one call may use: 80% of the free memory of a CUDA device, half the available RAM on CPU."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(0.8 * free)
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except OSError:
+        pass
+    return 4 << 30
+
+
+def _state_bytes(fn: Map, x: Tensor) -> int:
+    """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
+    and the tensors of a closed-form linearization."""
+    storages: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lin = linearize(fn, x)
+    for value in vars(lin).values():
+        if isinstance(value, Tensor):
+            storages[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+    return sum(storages.values())
+
+
+def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
+    """How many inputs to linearize at once: a memory estimate per input (3 copies of the linearization's
+    state for the products' temporaries, plus the solver's ``vectors`` vectors) against the budget."""
+    B = X.shape[0]
+    if B == 1:
+        return 1
+    per_input = 3 * _state_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
+    return max(1, min(B, _memory_budget(X.device) // max(per_input, 1)))
 
 
 def local_lipschitz(
@@ -191,11 +331,14 @@ def local_lipschitz(
 ) -> Tensor | LipschitzResult:
     """Lemma 3.1 / App. E.1: ``||D_{X_b} fn||_2`` for every ``b`` of a ``(B, n, d)`` batch, matrix-free.
 
-    ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately. ``method``
-    is ``"lanczos"`` (default) or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds
-    the relative residual of the top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products.
-    Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``. Inputs that did not
-    converge raise a :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+    ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately; a
+    :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.attention.MultiHeadMap`) brings its closed-form
+    Jacobian products, any other is differentiated by autograd. ``method`` is ``"lanczos"`` (default)
+    or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds the relative residual of the
+    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. Converged inputs stop costing
+    products; batches too large for the device's memory run in chunks. Returns the values ``(B,)``, or
+    a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
+    :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
     """
     check_tokens(X)
     if method not in ("lanczos", "power"):
@@ -204,15 +347,37 @@ def local_lipschitz(
         raise ValueError(f"need tol > 0 and max_iter >= 1; got tol={tol}, max_iter={max_iter}")
     if dtype is not None:
         X = X.to(dtype)
-    lin = linearize(fn, X)
+    X = X.detach()
     generator = torch.Generator(device=X.device).manual_seed(seed)
-    u0 = torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype)
-
-    def normal(u: Tensor) -> Tensor:
-        return lin.vjp(lin.jvp(u))
-
+    u0 = _normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
     solver = _lanczos if method == "lanczos" else _power
-    theta, iterations, converged, residual, u = solver(normal, _normalize(u0), tol, max_iter)
+    vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
+    chunk = _chunk_size(fn, X, vectors)
+    parts: list[tuple[_Outcome, Tensor | None]] = []
+    start = 0
+    while start < len(X):
+        stop = min(start + chunk, len(X))
+        try:
+            lin = linearize(fn, X[start:stop])
+            normal = _Normal(lin)
+            if not detailed:
+                del lin
+            outcome = solver(normal, u0[start:stop], tol, max_iter)
+            left = _normalize(lin.jvp(outcome.vector)) if detailed else None
+        except (RuntimeError, torch.OutOfMemoryError) as error:
+            if not _is_oom(error) or chunk == 1:
+                raise
+            lin = normal = None
+            if X.device.type == "cuda":
+                torch.cuda.empty_cache()
+            chunk = max(1, chunk // 2)
+            continue
+        del normal
+        lin = None
+        parts.append((outcome, left))
+        start = stop
+    theta = torch.cat([p.theta for p, _ in parts])
+    converged = torch.cat([p.converged for p, _ in parts])
     value = theta.clamp_min(0).sqrt().to(X.dtype)
     if not detailed:
         if not bool(converged.all()):
@@ -221,10 +386,10 @@ def local_lipschitz(
                           f"iterations (tol={tol}); pass detailed=True to inspect them",
                           NotConvergedWarning, stacklevel=2)
         return value
-    Ju = lin.jvp(u)
-    return LipschitzResult(value=value, iterations=iterations, converged=converged,
-                           residual=residual, right_vector=u, left_vector=_normalize(Ju),
-                           method=method)
+    return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _ in parts]),
+                           converged=converged, residual=torch.cat([p.residual for p, _ in parts]),
+                           right_vector=torch.cat([p.vector for p, _ in parts]),
+                           left_vector=torch.cat([v for _, v in parts]), method=method)
 
 
 def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
