@@ -6,7 +6,6 @@ export LIPNB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 export TOKENIZERS_PARALLELISM := false
 export HF_HUB_DISABLE_TELEMETRY := 1
-export MPLBACKEND := Agg
 export LIPNB_PROGRESS ?= 0
 # Offline machines read the texts from a pre-seeded mirror beside the clone when there is one.
 ifneq ($(wildcard ../shared/data/README.md),)

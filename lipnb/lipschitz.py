@@ -397,8 +397,12 @@ def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
     check_tokens(X)
     X = X.detach().double()
     blocks = []
-    for x in X:
-        J = torch.autograd.functional.jacobian(lambda z: fn(z.unsqueeze(0)).squeeze(0), x)
+    for b, x in enumerate(X):
+        # Element b is differentiated inside the whole batch, so fn may close over per-batch data.
+        def element(z: Tensor, b: int = b) -> Tensor:
+            return fn(torch.cat([X[:b], z.unsqueeze(0), X[b + 1:]]))[b]
+
+        J = torch.autograd.functional.jacobian(element, x)
         blocks.append(J.reshape(-1, x.numel()))
     return torch.stack(blocks)
 
