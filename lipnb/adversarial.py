@@ -43,6 +43,10 @@ def real_eigenpairs(A: Tensor, *, rtol: float = 1e-9) -> tuple[Tensor, Tensor]:
     phase = vectors[pivot, torch.arange(vectors.shape[1])]
     vectors = (vectors * (phase.abs() / phase)).real
     vectors = vectors / vectors.norm(dim=0)
+    residual = (A.double() @ vectors - vectors * values).norm(dim=0)
+    if bool((residual > 1e-6 * scale.real.clamp_min(1.0)).any()):
+        raise ValueError("the eigen-decomposition of A is inaccurate (residual "
+                         f"{residual.max().item():.1e}); rescale A before building adversarial inputs")
     order = values.argsort(descending=True)
     return values[order].to(A.dtype), vectors[:, order].to(A.dtype)
 

@@ -32,7 +32,22 @@ __all__ = [
 
 
 def _norm2(M: Tensor) -> Tensor:
+    if not isinstance(M, Tensor) or M.dim() < 2:
+        raise ValueError(f"expected a matrix; got {type(M).__name__} of shape {tuple(getattr(M, 'shape', ()))}")
+    if not bool(torch.isfinite(M).all()):
+        raise ValueError("matrix contains NaN or inf")
     return torch.linalg.matrix_norm(M.double(), ord=2)
+
+
+def _check_head(A: Tensor, V: Tensor) -> None:
+    """Raise ``ValueError`` unless ``A`` is square ``(d, d)`` and ``V`` is ``(d_v, d)``."""
+    if A.dim() != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be a square (d, d) matrix; got shape {tuple(A.shape)}")
+    if V.dim() != 2 or V.shape[1] != A.shape[0]:
+        raise ValueError(f"V must be (d_v, d) with d = {A.shape[0]}; got shape {tuple(V.shape)}")
+    for name, M in (("A", A), ("V", V)):
+        if not bool(torch.isfinite(M).all()):
+            raise ValueError(f"{name} contains NaN or inf")
 
 
 def _as_tensor(x: float | Tensor) -> Tensor:
@@ -51,6 +66,7 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     ``c`` is the score bias (scores ``<A x_i + c, x_j>``); the value bias does not enter the
     Jacobian. With ``c = 0`` this is exactly Theorem 3.3.
     """
+    _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
     R, n = _as_tensor(R), _as_tensor(n)
     c = 0.0 if score_bias is None else score_bias.double().norm()
@@ -85,6 +101,7 @@ def theorem_c_3(X: Tensor, A: Tensor, V: Tensor, *, score_bias: Tensor | None = 
     each term bounding one term of Lemma C.2 (D.1 when masked, E.2 with a score bias).
     """
     check_tokens(X)
+    _check_head(A, V)
     return _norm2(V) * _head_terms(X, A, score_bias, masked)
 
 
@@ -116,6 +133,7 @@ def multihead_bound(heads: MultiHead, R: float | Tensor, n: int | Tensor) -> Ten
 
 def theorem_3_5(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
     """Theorem 3.5 / Equation (1): ``||V|| (1 + 3 ||A|| R²) exp(2 ||A|| R²)``, for every ``n``."""
+    _check_head(A, V)
     a, v, R = _norm2(A), _norm2(V), _as_tensor(R)
     return v * (1 + 3 * a * R**2) * torch.exp(2 * a * R**2)
 
