@@ -408,26 +408,20 @@ def lemma_c2_term_matrices(X: torch.Tensor, A: torch.Tensor, *, masked: bool = F
 
 
 def _cov_times_a_norms(X: torch.Tensor, P: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """``||Cov_i A||_2`` for every row ``i`` of ``P``, ``(B, n)``, through ``n x n`` Gram matrices when ``n < d``.
+    """``||Cov_i A||_2`` for every row ``i`` of ``P``, ``(B, n)``, without forming any ``d x d`` covariance.
 
-    ``Cov_i A = Y_iᵀ (Y_i A)`` with ``Y_i = diag(√P_i)(X - 1 x̄_iᵀ)``, so ``||Cov_i A||² = λ_max(G^{1/2} N G^{1/2})``
-    with ``G = Y_i Y_iᵀ`` and ``N = Y_i A Aᵀ Y_iᵀ``: ``O(n³)`` per row instead of ``O(d³)``.
+    With the SVD ``A = U S Vᵀ`` truncated at the rank ``r`` of ``A``, ``||Cov_i A|| = ||Cov_i W||`` for
+    ``W = U_r S_r`` (``d x r``), and ``Cov_i W = Σ_j P_ij x_j (Wᵀx_j)ᵀ - x̄_i (Wᵀx̄_i)ᵀ`` is one ``n x n`` by
+    ``n x d r`` product; its norm comes from an ``r x r`` Gram matrix. For a real head ``r = k``.
     """
-    n, d = X.shape[1:]
-    if n >= d:
-        xbar = P @ X
-        second = torch.einsum("bij,bjd,bje->bide", P, X, X)
-        cov = second - xbar.unsqueeze(-1) * xbar.unsqueeze(-2)
-        return torch.linalg.matrix_norm(cov @ A, ord=2)
-    Z = X @ A
-    eye = torch.eye(n, dtype=X.dtype, device=X.device)
-    E = P.sqrt().unsqueeze(-1) * (eye - P.unsqueeze(-2))                   # (B, i, n, n): diag(√P_i)(I - 1 P_i)
-    G = E @ (X @ X.mT).unsqueeze(1) @ E.mT
-    N = E @ (Z @ Z.mT).unsqueeze(1) @ E.mT
-    lam, U = torch.linalg.eigh(G)
-    root = (U * lam.clamp_min(0).sqrt().unsqueeze(-2)) @ U.mT
-    top = torch.linalg.eigvalsh(root @ N @ root)[..., -1]
-    return top.clamp_min(0).sqrt()
+    B, n, d = X.shape
+    U, S, _ = torch.linalg.svd(A)
+    r = max(int((S > S[0] * d * torch.finfo(S.dtype).eps).sum()), 1)
+    W = U[:, :r] * S[:r]
+    XW = X @ W
+    outer = (X.unsqueeze(-1) * XW.unsqueeze(-2)).reshape(B, n, d * r)
+    CW = (P @ outer).reshape(B, n, d, r) - (P @ X).unsqueeze(-1) * (P @ XW).unsqueeze(-2)
+    return torch.linalg.eigvalsh(CW.mT @ CW)[..., -1].clamp_min(0).sqrt()
 
 
 def theorem_c_3_terms(X: torch.Tensor, A: torch.Tensor, *, score_bias: torch.Tensor | None = None,
@@ -545,9 +539,10 @@ def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, re
 def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], per_length: int) -> dict:
     """Sec. 5.1 on one layer: ``Lip_X`` of the ``"mha"`` map at Alice sequences, with the bounds of Theorem 3.3.
 
-    Returns float64 tensors, one entry per sequence: ``n``, ``lip`` (Lanczos, float64), ``radius`` (largest
-    token norm, so ``X`` lies in ``B_R^n``), ``mean_radius``, ``bound`` (Lemma 3.8 + Theorem E.3 at ``radius``)
-    and ``data_bound`` (Lemma 3.8 + Theorem C.3 at ``X``). Cached.
+    The model runs in float32 and Lanczos stops at relative residual ``1e-4``, as in the paper (App. E.1);
+    the bounds are computed in float64. Returns float64 tensors, one entry per sequence: ``n``, ``lip``,
+    ``radius`` (largest token norm, so ``X`` lies in ``B_R^n``), ``mean_radius``, ``bound`` (Lemma 3.8 +
+    Theorem E.3 at ``radius``) and ``data_bound`` (Lemma 3.8 + Theorem C.3 at ``X``). Cached.
     """
     lengths = [int(n) for n in lengths]
     params = {"model": model_name, "layer": layer, "lengths": lengths, "per_length": per_length}
@@ -556,7 +551,6 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
         from . import bounds, data, models
 
         model, tokenizer = models.load(model_name)
-        model.double()
         sequences = data.token_sequences(data.alice_text(), tokenizer, lengths, per_length)
         f = models.attention_map(model, layer, "mha")
         heads = models.head_matrices(model, layer)
@@ -565,9 +559,10 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
                                                ("n", "lip", "radius", "mean_radius", "bound", "data_bound")}
         for n in progress(lengths, desc=f"{model_name} layer {layer}"):
             X = models.attention_inputs(model, layer, sequences[n])
+            rows["lip"].append(local_lipschitz(f, X, tol=1e-4).double())
+            X = X.double()
             norms = X.norm(dim=-1)
             rows["n"].append(torch.full((len(X),), float(n), dtype=torch.float64))
-            rows["lip"].append(local_lipschitz(f, X).double())
             rows["radius"].append(norms.amax(1))
             rows["mean_radius"].append(norms.mean(1))
             rows["bound"].append(bounds.multihead_bound(heads, norms.amax(1), n))
@@ -580,7 +575,8 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
 def real_adversarial_sweep(model_name: str, layer: int, head: int, R: float, lengths: Iterable[int]) -> dict:
     """Sec. 5.2 on one layer: ``Lip_X`` of the ``"mha"`` map at Lemma C.7's input built on head ``head``.
 
-    The input uses ``A_head`` and the case rule of Sec. 5.2, radius ``R``; returns ``n`` and ``lip``. Cached.
+    The input uses ``A_head`` and the case rule of Sec. 5.2, radius ``R``; float32 and Lanczos tolerance ``1e-4``
+    as in :func:`real_lipschitz_sweep`. Returns ``n`` and ``lip``. Cached.
     """
     lengths = [int(n) for n in lengths]
     params = {"model": model_name, "layer": layer, "head": head, "R": round(float(R), 6), "lengths": lengths}
@@ -590,11 +586,10 @@ def real_adversarial_sweep(model_name: str, layer: int, head: int, R: float, len
         from .adversarial import lemma_c_7_input
 
         model, _ = models.load(model_name)
-        model.double()
         f = models.attention_map(model, layer, "mha")
-        heads = models.head_matrices(model, layer)
-        X = lemma_c_7_input(heads.A[head], float(R), max(lengths))
-        lip = [local_lipschitz(f, X[:, :n]).double() for n in progress(lengths, desc="adversarial")]
+        A = models.head_matrices(model, layer).A[head].double()
+        X = lemma_c_7_input(A, float(R), max(lengths)).float()
+        lip = [local_lipschitz(f, X[:, :n], tol=1e-4).double() for n in progress(lengths, desc="adversarial")]
         return {"n": torch.tensor(lengths, dtype=torch.float64), "lip": torch.cat(lip)}
 
     return cached("real_adversarial_sweep", params, compute)
@@ -613,14 +608,13 @@ def head_gamma_table(model_name: str, lengths: Iterable[int], per_length: int) -
         from . import data, models
 
         model, tokenizer = models.load(model_name)
-        model.double()
         sequences = data.token_sequences(data.alice_text(), tokenizer, lengths, per_length)
         layers = list(range(models.num_layers(model)))
         norms: dict[int, list[torch.Tensor]] = {i: [] for i in layers}
         for n in lengths:
             inputs = models.attention_inputs(model, layers, sequences[n])
             for i in layers:
-                norms[i].append(inputs[i].norm(dim=-1).flatten())
+                norms[i].append(inputs[i].double().norm(dim=-1).flatten())
         spectra = [head_spectra(models.head_matrices(model, i).A) for i in progress(layers, desc="heads")]
         return {"gamma": torch.stack([s.gamma for s in spectra]),
                 "positive": torch.stack([s.positive for s in spectra]),
@@ -681,3 +675,161 @@ def textbook_multihead(X: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, V: tor
     value = torch.einsum("bnd,hkd->bhnk", X, V) + b_V[:, None, :]
     P = torch.softmax(q @ key.mT / math.sqrt(Q.shape[1]), dim=-1)
     return torch.einsum("bhnk,hek->bne", P @ value, W)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 7 (masked attention): the masked mean-field map (Def 2.6), Def 4.1, Theorem 4.4.
+# ---------------------------------------------------------------------------------------------
+
+
+def masked_mean_field(X: torch.Tensor, positions: torch.Tensor, A: torch.Tensor, V: torch.Tensor, *,
+                      weights: torch.Tensor | None = None) -> torch.Tensor:
+    """Def 2.6: the atoms ``Γ(s_k, x_k)`` of ``F^m(μ)`` for ``μ = Σ_k w_k δ_(s_k, x_k)``, shape ``(B, N, d_v)``.
+
+    Atom ``k`` attends to every atom ``j`` with ``s_j <= s_k`` (same position included), with
+    weights ``w_j e^{<A x_k, x_j>}``; positions are unchanged, so they are not returned. ``X`` is
+    ``(B, N, d)``, ``positions`` ``(N,)`` or ``(B, N)``, ``weights`` (default uniform) likewise.
+    One atom per position gives masked self-attention (Def 2.5); one position gives Def 2.1.
+    """
+    scores = (X @ A.mT) @ X.mT
+    if weights is not None:
+        w = torch.as_tensor(weights, dtype=X.dtype, device=X.device).expand(X.shape[:2])
+        scores = scores + torch.log(w / w.sum(-1, keepdim=True)).unsqueeze(-2)
+    s = torch.as_tensor(positions, device=X.device).expand(X.shape[:2])
+    future = s.unsqueeze(-2) > s.unsqueeze(-1)
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ (X @ V.mT)
+
+
+def conditional_w2(X: torch.Tensor, Y: torch.Tensor, positions: torch.Tensor,
+                   positions_y: torch.Tensor | None = None) -> float:
+    """Def 4.1: the conditional ``W_2`` between ``(1/N) Σ δ_(s_k, x_k)`` and ``(1/N) Σ δ_(t_k, y_k)``, exactly.
+
+    Plans must keep the position fixed: the squared distance is ``(1/N) Σ_s`` (optimal assignment cost
+    between the atoms at position ``s``), one ``linear_sum_assignment`` per position. ``inf`` when the
+    position marginals differ. ``X``, ``Y`` are ``(N, d)``; ``positions`` ``(N,)`` (``positions_y``
+    defaults to it).
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    x = X.detach().double().cpu().numpy()
+    y = Y.detach().double().cpu().numpy()
+    s = torch.as_tensor(positions).cpu().numpy()
+    t = s if positions_y is None else torch.as_tensor(positions_y).cpu().numpy()
+    if x.shape[0] != y.shape[0] or sorted(s.tolist()) != sorted(t.tolist()):
+        return float("inf")
+    total = 0.0
+    for p in set(s.tolist()):
+        a, b = x[s == p], y[t == p]
+        cost = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+        rows, cols = linear_sum_assignment(cost)
+        total += float(cost[rows, cols].sum())
+    return (total / x.shape[0]) ** 0.5
+
+
+def masked_mean_field_ratio(X: torch.Tensor, Y: torch.Tensor, positions: torch.Tensor, A: torch.Tensor,
+                            V: torch.Tensor) -> torch.Tensor:
+    """Theorem 4.4's ratio ``W_c(F^m(μ), F^m(ν)) / W_c(μ, ν)`` for uniform measures on the atoms of ``X``, ``Y``.
+
+    ``X``, ``Y`` are ``(B, N, d)`` with the same ``positions`` ``(N,)``; :func:`conditional_w2` on both
+    sides, :func:`masked_mean_field` in between; shape ``(B,)``, float64.
+    """
+    FX, FY = masked_mean_field(X, positions, A, V), masked_mean_field(Y, positions, A, V)
+    return torch.tensor([conditional_w2(fx, fy, positions) / conditional_w2(x, y, positions)
+                         for x, y, fx, fy in zip(X, Y, FX, FY, strict=True)], dtype=torch.float64)
+
+
+def masked_mean_field_bound(A: torch.Tensor, V: torch.Tensor, R: float | torch.Tensor) -> torch.Tensor:
+    """Theorem 4.4 as re-derived in chapter 7: ``||V|| (a R² + 2 (1 + 2 a R²) e^{2 a R²})``, ``a = ||A||₂``.
+
+    The factor 2 on the key term is Hardy's inequality for the causal averages; without it (the
+    bound of Theorem 3.5) the statement fails for small ``a R²``.
+    """
+    a = torch.linalg.matrix_norm(A.double(), ord=2)
+    v = torch.linalg.matrix_norm(V.double(), ord=2)
+    aR2 = a * torch.as_tensor(R, dtype=torch.float64) ** 2
+    return v * (aR2 + 2 * (1 + 2 * aR2) * torch.exp(2 * aR2))
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 9 (attention as a flow): the residual stack as an Euler scheme (slides, part IV).
+# ---------------------------------------------------------------------------------------------
+
+
+def _velocity(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """``Γ_μ(x_i) = Σ_j P_ij V x_j`` for the empirical measure of ``X``: self-attention (Def 2.1), unchecked."""
+    return torch.softmax((X @ A.mT) @ X.mT, dim=-1) @ (X @ V.mT)
+
+
+def attention_flow(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float, L: int) -> torch.Tensor:
+    """Slides IV: ``L`` residual layers ``X <- X + (T/L) f(X)``, the Euler scheme of ``dx_i/dt = Γ_μ(t)(x_i)``.
+
+    ``X0`` is ``(B, n, d)``; returns the whole trajectory, shape ``(L + 1, B, n, d)``, layer ``k`` at
+    time ``k T / L``. With ``T = 1`` this is the slides' stack ``X + (1/L) f(X)``.
+    """
+    h = T / L
+    states = [X0]
+    for _ in range(L):
+        states.append(states[-1] + h * _velocity(states[-1], A, V))
+    return torch.stack(states)
+
+
+def attention_flow_rk4(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float, steps: int) -> torch.Tensor:
+    """Reference solution of ``dx_i/dt = Γ_μ(t)(x_i)`` at time ``T``: classical Runge–Kutta, ``steps`` steps."""
+    h = T / steps
+    X = X0
+    for _ in range(steps):
+        k1 = _velocity(X, A, V)
+        k2 = _velocity(X + h / 2 * k1, A, V)
+        k3 = _velocity(X + h / 2 * k2, A, V)
+        k4 = _velocity(X + h * k3, A, V)
+        X = X + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    return X
+
+
+def flow_jacobians(states: torch.Tensor, A: torch.Tensor, V: torch.Tensor, *, chunk: int = 32) -> torch.Tensor:
+    """Lemma C.2 along a trajectory: dense ``D_X f`` of self-attention at each state ``(B, n, d)``, ``(B, n d_v, n d)``.
+
+    :func:`forward_jacobian` in chunks of ``chunk`` states; float64 ground truth for small ``n d``.
+    """
+    def f(Z: torch.Tensor) -> torch.Tensor:
+        return _velocity(Z, A, V)
+
+    return torch.cat([forward_jacobian(f, states[i:i + chunk]) for i in range(0, len(states), chunk)])
+
+
+def flow_radius_bound(r0: float | torch.Tensor, V: torch.Tensor, T: float, L: int) -> torch.Tensor:
+    """Chapter 9's ball: every token of layer ``k`` of :func:`attention_flow` has norm ``<= (1 + h ||V||)^k r0``.
+
+    ``h = T/L`` and ``r0`` is the largest initial token norm; shape ``(L + 1,)``. As ``L -> ∞`` this
+    tends to ``e^{||V|| t} r0``, the bound for the flow.
+    """
+    v = torch.linalg.matrix_norm(V.double(), ord=2)
+    k = torch.arange(L + 1, dtype=torch.float64)
+    return torch.as_tensor(r0, dtype=torch.float64) * (1 + T / L * v) ** k
+
+
+def flow_gronwall_log(A: torch.Tensor, V: torch.Tensor, r0: float, n: int, T: float, L: int,
+                      step_constants: torch.Tensor | None = None) -> torch.Tensor:
+    """Discrete Grönwall: ``log Π_{j<k} (1 + h Lip_j)``, ``k = 0..L``, bounds ``log(||X_k - Y_k|| / ||X_0 - Y_0||)``.
+
+    ``Lip_j`` defaults to the smaller of Theorem 3.3 and Equation (1) (Theorem 3.5) on the ball of
+    :func:`flow_radius_bound`; pass measured per-layer constants as ``step_constants`` (shape ``(L,)``).
+    """
+    from . import bounds
+
+    h = T / L
+    if step_constants is None:
+        R = flow_radius_bound(r0, V, T, L)[:-1]
+        step_constants = torch.minimum(bounds.theorem_3_3(A, V, R, n), bounds.theorem_3_5(A, V, R))
+    logs = torch.log1p(h * step_constants.double())
+    return torch.cat([logs.new_zeros(1), logs.cumsum(0)])
+
+
+def cluster_labels(Y: torch.Tensor, tol: float) -> torch.Tensor:
+    """Single-linkage clusters of the points ``Y`` ``(n, d)``: points closer than ``tol`` share a label, ``(n,)``."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    if Y.shape[0] < 2:
+        return torch.zeros(Y.shape[0], dtype=torch.long)
+    labels = fcluster(linkage(Y.detach().double().cpu().numpy(), "single"), t=tol, criterion="distance")
+    return torch.as_tensor(labels - 1, dtype=torch.long)
