@@ -29,8 +29,10 @@ $(STAMP): requirements.txt pyproject.toml
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lipnb tests bench
 
+# Two single-threaded workers beat one two-threaded process here: most kernels are small, and
+# OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
 test: $(STAMP) lint
-	$(PY) -m pytest -q tests book --nbval-lax --nbval-current-env
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env
 
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going --path-output .
