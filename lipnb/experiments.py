@@ -407,21 +407,26 @@ def lemma_c2_term_matrices(X: torch.Tensor, A: torch.Tensor, *, masked: bool = F
     return torch.stack([mean, own, spread], 1).reshape(B, 3, n * d, n * d)
 
 
-def _cov_times_a_norms(X: torch.Tensor, P: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-    """``||Cov_i A||_2`` for every row ``i`` of ``P``, ``(B, n)``, without forming any ``d x d`` covariance.
+def _cov_times_a_norms(X: torch.Tensor, P: torch.Tensor, A: torch.Tensor, eps: float) -> torch.Tensor:
+    """An upper bound on ``||Cov_i A||_2`` for every row ``i`` of ``P``, ``(B, n)``, exact up to ``eps``-level terms.
 
-    With the SVD ``A = U S Vᵀ`` truncated at the rank ``r`` of ``A``, ``||Cov_i A|| = ||Cov_i W||`` for
-    ``W = U_r S_r`` (``d x r``), and ``Cov_i W = Σ_j P_ij x_j (Wᵀx_j)ᵀ - x̄_i (Wᵀx̄_i)ᵀ`` is one ``n x n`` by
+    With the SVD ``A = U S Vᵀ`` truncated where ``S < d eps S_1``, ``||Cov_i A|| <= ||Cov_i W|| + S_{r+1} tr Cov_i``
+    for ``W = U_r S_r`` (``d x r``), and ``Cov_i W = Σ_j P_ij x_j (Wᵀx_j)ᵀ - x̄_i (Wᵀx̄_i)ᵀ`` is one ``n x n`` by
     ``n x d r`` product; its norm comes from an ``r x r`` Gram matrix. For a real head ``r = k``.
     """
     B, n, d = X.shape
     U, S, _ = torch.linalg.svd(A)
-    r = max(int((S > S[0] * d * torch.finfo(S.dtype).eps).sum()), 1)
+    r = max(int((S > S[0] * d * eps).sum()), 1)
     W = U[:, :r] * S[:r]
     XW = X @ W
     outer = (X.unsqueeze(-1) * XW.unsqueeze(-2)).reshape(B, n, d * r)
-    CW = (P @ outer).reshape(B, n, d, r) - (P @ X).unsqueeze(-1) * (P @ XW).unsqueeze(-2)
-    return torch.linalg.eigvalsh(CW.mT @ CW)[..., -1].clamp_min(0).sqrt()
+    xbar = P @ X
+    CW = (P @ outer).reshape(B, n, d, r) - xbar.unsqueeze(-1) * (P @ XW).unsqueeze(-2)
+    norms = torch.linalg.eigvalsh(CW.mT @ CW)[..., -1].clamp_min(0).sqrt()
+    if r == d:
+        return norms
+    trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
+    return norms + S[r] * trace.clamp_min(0)
 
 
 def theorem_c_3_terms(X: torch.Tensor, A: torch.Tensor, *, score_bias: torch.Tensor | None = None,
@@ -429,10 +434,12 @@ def theorem_c_3_terms(X: torch.Tensor, A: torch.Tensor, *, score_bias: torch.Ten
     """Theorem C.3 (our form), term by term for ``V = I``: ``(B, 3)`` bounds on the three operators of Lemma C.2.
 
     ``||P||_2``, ``max_i ||Cov_i A||_2`` and ``(max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``; their sum
-    times ``||V||_2`` is :func:`lipnb.bounds.theorem_c_3`.
+    times ``||V||_2`` is :func:`lipnb.bounds.theorem_c_3`. Singular values of ``A`` below ``d eps ||A||`` (``eps`` of
+    ``A``'s dtype: rounding noise of a low-rank ``A = KᵀQ/√k``) enter through ``tr Cov_i``, never dropped.
     """
     from .attention import attention_matrix
 
+    eps = torch.finfo(A.dtype).eps
     X, A = X.double(), A.double()
     c = None if score_bias is None else score_bias.double()
     P = attention_matrix(X, A, score_bias=c, masked=masked)
@@ -440,7 +447,8 @@ def theorem_c_3_terms(X: torch.Tensor, A: torch.Tensor, *, score_bias: torch.Ten
     trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
     query = X @ A.mT if c is None else X @ A.mT + c
     spread = (query.square().sum(-1) * trace.clamp_min(0)).amax(1) * P.sum(1).amax(1)
-    return torch.stack([torch.linalg.matrix_norm(P, ord=2), _cov_times_a_norms(X, P, A).amax(1), spread.sqrt()], 1)
+    own = _cov_times_a_norms(X, P, A, eps).amax(1)
+    return torch.stack([torch.linalg.matrix_norm(P, ord=2), own, spread.sqrt()], 1)
 
 
 def multihead_data_bound_fast(X: torch.Tensor, heads: MultiHead, *, masked: bool = False) -> torch.Tensor:
@@ -542,21 +550,23 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
     The model runs in float32 and Lanczos stops at relative residual ``1e-4``, as in the paper (App. E.1);
     the bounds are computed in float64. Returns float64 tensors, one entry per sequence: ``n``, ``lip``,
     ``radius`` (largest token norm, so ``X`` lies in ``B_R^n``), ``mean_radius``, ``bound`` (Lemma 3.8 +
-    Theorem E.3 at ``radius``) and ``data_bound`` (Lemma 3.8 + Theorem C.3 at ``X``). Cached.
+    Theorem E.3 at ``radius``), ``data_bound`` (Lemma 3.8 + Theorem C.3 at ``X``) and ``column_sum``, the
+    largest ``Σ_i P_ij`` over tokens ``j`` and heads (where Theorem 3.3's ``√n`` comes from). Cached.
     """
     lengths = [int(n) for n in lengths]
     params = {"model": model_name, "layer": layer, "lengths": lengths, "per_length": per_length}
 
     def compute() -> dict:
         from . import bounds, data, models
+        from .attention import attention_matrix
 
         model, tokenizer = models.load(model_name)
         sequences = data.token_sequences(data.alice_text(), tokenizer, lengths, per_length)
         f = models.attention_map(model, layer, "mha")
         heads = models.head_matrices(model, layer)
         masked = models.is_decoder(model)
-        rows: dict[str, list[torch.Tensor]] = {k: [] for k in
-                                               ("n", "lip", "radius", "mean_radius", "bound", "data_bound")}
+        keys = ("n", "lip", "radius", "mean_radius", "bound", "data_bound", "column_sum")
+        rows: dict[str, list[torch.Tensor]] = {k: [] for k in keys}
         for n in progress(lengths, desc=f"{model_name} layer {layer}"):
             X = models.attention_inputs(model, layer, sequences[n])
             rows["lip"].append(local_lipschitz(f, X, tol=1e-4).double())
@@ -567,6 +577,8 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
             rows["mean_radius"].append(norms.mean(1))
             rows["bound"].append(bounds.multihead_bound(heads, norms.amax(1), n))
             rows["data_bound"].append(multihead_data_bound_fast(X, heads, masked=masked))
+            P = attention_matrix(X, heads.A.double(), score_bias=heads.score_bias.double(), masked=masked)
+            rows["column_sum"].append(P.sum(-2).flatten(1).amax(1))
         return {k: torch.cat(v) for k, v in rows.items()}
 
     return cached("real_lipschitz_sweep", params, compute)
@@ -738,6 +750,30 @@ def masked_mean_field_ratio(X: torch.Tensor, Y: torch.Tensor, positions: torch.T
                          for x, y, fx, fy in zip(X, Y, FX, FY, strict=True)], dtype=torch.float64)
 
 
+def jacobian_block_norms(fn: Callable[[torch.Tensor], torch.Tensor], X: torch.Tensor, *, probes: int | None = None,
+                         chunk: int = 256, seed: int = 0) -> torch.Tensor:
+    """Lemma D.1's block structure: Frobenius norms ``||∂fn(X)_i / ∂x_j||_F`` of the Jacobian at ``X`` ``(1, n, d)``.
+
+    Returns ``(n', n)`` from batched vector-Jacobian products, ``chunk`` at a time: exact with all ``n' d'``
+    basis cotangents (``probes=None``), else the Hutchinson estimate from ``probes`` Gaussian cotangents per
+    output token (``E ||J_ijᵀ g||² = ||J_ij||_F²``). A zero block gives exactly zero either way.
+    """
+    Y, pullback = torch.func.vjp(fn, X.detach())
+    n_out, d_out = Y.shape[1:]
+    if probes is None:
+        k, cot = d_out, torch.eye(n_out * d_out, dtype=Y.dtype, device=Y.device)
+    else:
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        k = probes
+        noise = torch.randn(n_out, probes, d_out, generator=g, dtype=torch.float64).to(Y)
+        cot = torch.einsum("ij,ipe->ipje", torch.eye(n_out, dtype=Y.dtype, device=Y.device), noise)
+    cot = cot.reshape(-1, 1, n_out, d_out)
+    rows = torch.cat([torch.func.vmap(lambda v: pullback(v)[0])(cot[i:i + chunk])
+                      for i in range(0, len(cot), chunk)])                      # (n' k, 1, n, d)
+    sq = rows.view(n_out, k, X.shape[1], X.shape[2]).square().sum(-1)
+    return (sq.sum(1) if probes is None else sq.mean(1)).sqrt()
+
+
 def masked_mean_field_bound(A: torch.Tensor, V: torch.Tensor, R: float | torch.Tensor) -> torch.Tensor:
     """Theorem 4.4 as re-derived in chapter 7: ``||V|| (a R² + 2 (1 + 2 a R²) e^{2 a R²})``, ``a = ||A||₂``.
 
@@ -786,15 +822,20 @@ def attention_flow_rk4(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: fl
     return X
 
 
-def flow_jacobians(states: torch.Tensor, A: torch.Tensor, V: torch.Tensor, *, chunk: int = 32) -> torch.Tensor:
-    """Lemma C.2 along a trajectory: dense ``D_X f`` of self-attention at each state ``(B, n, d)``, ``(B, n d_v, n d)``.
+def flow_jacobians(states: torch.Tensor, A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """Lemma C.2 in closed form: dense ``D_X f`` of self-attention at each state ``(B, n, d)``, ``(B, n d_v, n d)``.
 
-    :func:`forward_jacobian` in chunks of ``chunk`` states; float64 ground truth for small ``n d``.
+    Block ``(i, j)`` is ``V [P_ij I + δ_ij Cov_i A + P_ij (x_j - x̄_i)(A x_i)ᵀ]``; batched, no autodiff.
     """
-    def f(Z: torch.Tensor) -> torch.Tensor:
-        return _velocity(Z, A, V)
-
-    return torch.cat([forward_jacobian(f, states[i:i + chunk]) for i in range(0, len(states), chunk)])
+    B, n, d = states.shape
+    P = torch.softmax((states @ A.mT) @ states.mT, dim=-1)
+    centred = states.unsqueeze(1) - (P @ states).unsqueeze(2)                  # (B, i, j, d): x_j - x̄_i
+    cov = torch.einsum("bij,bijd,bije->bide", P, centred, centred)
+    eye_d = torch.eye(d, dtype=states.dtype, device=states.device)
+    eye_n = torch.eye(n, dtype=states.dtype, device=states.device)
+    J = torch.einsum("bij,de->bidje", P, eye_d) + torch.einsum("bide,ij->bidje", cov @ A, eye_n) \
+        + torch.einsum("bij,bijd,bie->bidje", P, centred, states @ A.mT)
+    return torch.einsum("vd,bidje->bivje", V, J).reshape(B, n * V.shape[0], n * d)
 
 
 def flow_radius_bound(r0: float | torch.Tensor, V: torch.Tensor, T: float, L: int) -> torch.Tensor:
@@ -833,3 +874,44 @@ def cluster_labels(Y: torch.Tensor, tol: float) -> torch.Tensor:
         return torch.zeros(Y.shape[0], dtype=torch.long)
     labels = fcluster(linkage(Y.detach().double().cpu().numpy(), "single"), t=tol, criterion="distance")
     return torch.as_tensor(labels - 1, dtype=torch.long)
+
+
+def random_head(d: int, seed: int) -> torch.Tensor:
+    """A test head for Theorem 3.3 / Prop. 3.4: ``A`` with i.i.d. ``N(0, 1/d)`` entries, float64, ``(d, d)``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+
+
+def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], per_length: int) -> dict:
+    """Theorem 3.3 vs measurement for ``A = random_head(d, seed)``, ``V = I`` on ``B_R^n``, for each ``n``.
+
+    Two input families: ``"random"`` (``per_length`` sequences uniform in the ball) and ``"adversarial"``
+    (Lemma C.7's input, Sec. 5.2's case rule). Each maps to float64 ``n``, ``lip`` (Lanczos), ``bound``
+    (Theorem 3.3), ``data_bound`` (Theorem C.3) and ``column_sum`` (largest ``Σ_i P_ij``). Cached.
+    """
+    from .adversarial import lemma_c_7_input
+    from .attention import attention_matrix, self_attention
+    from .bounds import theorem_3_3, theorem_c_3
+
+    lengths = [int(n) for n in lengths]
+    params = {"d": d, "seed": seed, "R": round(float(R), 9), "lengths": lengths, "per_length": per_length}
+
+    def compute() -> dict:
+        A = random_head(d, seed)
+        V = torch.eye(d, dtype=torch.float64)
+        f = lambda Z: self_attention(Z, A, V)  # noqa: E731
+        out: dict[str, dict[str, list[torch.Tensor]]] = {
+            k: {"n": [], "lip": [], "bound": [], "data_bound": [], "column_sum": []} for k in ("random", "adversarial")}
+        for n in progress(lengths, desc="synthetic"):
+            inputs = {"random": ball_tokens(per_length, n, d, R, seed=seed + n),
+                      "adversarial": lemma_c_7_input(A, R, n)}
+            for name, X in inputs.items():
+                rows = out[name]
+                rows["n"].append(torch.full((len(X),), float(n), dtype=torch.float64))
+                rows["lip"].append(local_lipschitz(f, X, max_iter=500))
+                rows["bound"].append(theorem_3_3(A, V, R, n).expand(len(X)))
+                rows["data_bound"].append(theorem_c_3(X, A, V))
+                rows["column_sum"].append(attention_matrix(X, A).sum(1).amax(1))
+        return {name: {k: torch.cat(v) for k, v in rows.items()} for name, rows in out.items()}
+
+    return cached("synthetic_bound_sweep", params, compute)
