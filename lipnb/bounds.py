@@ -27,6 +27,7 @@ __all__ = [
     "theorem_3_5",
     "theorem_3_7_limit",
     "theorem_c_3",
+    "theorem_c_3_terms",
     "theorem_e_3",
 ]
 
@@ -73,24 +74,39 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
 
 
-def _head_terms(X: Tensor, A: Tensor, score_bias: Tensor | None, masked: bool) -> Tensor:
-    """Our refinement of the proof of Theorem 3.3 at ``X`` for ``V = I`` (Theorem C.3), shape ``(B,)``.
+def _cov_times_a_norms(X: Tensor, P: Tensor, A: Tensor) -> Tensor:
+    """``||Cov_i A||₂`` for every row ``i`` of ``P``, shape ``(B, n)``, without forming a ``d x d`` covariance.
 
-    ``||P||₂ + max_i ||Cov_i A||₂ + (max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``.
+    With ``A = U S Wᵀ`` truncated at its rank ``r``, ``||Cov_i A|| = ||Cov_i U_r S_r||`` and
+    ``Cov_i U_r S_r = Σ_j P_ij x_j (S_r U_rᵀ x_j)ᵀ - x̄_i (S_r U_rᵀ x̄_i)ᵀ``: one ``n x n`` by ``n x dr``
+    product and an ``r x r`` Gram matrix per token (for a real head, ``r = k``).
     """
-    X = X.double()
-    A = A.double()
+    B, n, d = X.shape
+    U, S, _ = torch.linalg.svd(A)
+    r = max(int((S > S[0] * d * torch.finfo(S.dtype).eps).sum()), 1)
+    Ur = U[:, :r] * S[:r]
+    XU = X @ Ur
+    outer = (X.unsqueeze(-1) * XU.unsqueeze(-2)).reshape(B, n, d * r)
+    CU = (P @ outer).reshape(B, n, d, r) - (P @ X).unsqueeze(-1) * (P @ XU).unsqueeze(-2)
+    return torch.linalg.eigvalsh(CU.mT @ CU)[..., -1].clamp_min(0).sqrt()
+
+
+def theorem_c_3_terms(X: Tensor, A: Tensor, *, score_bias: Tensor | None = None,
+                      masked: bool = False) -> Tensor:
+    """Theorem C.3 (our derivation), term by term for ``V = I``: ``(B, 3)`` bounds on the terms of Lemma C.2.
+
+    ``||P||₂``, ``max_i ||Cov_i A||₂`` and ``(max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``.
+    """
+    check_tokens(X)
+    X, A = X.double(), A.double()
     c = None if score_bias is None else score_bias.double()
     P = attention_matrix(X, A, score_bias=c, masked=masked)
     xbar = P @ X
-    second = torch.einsum("bij,bjd,bje->bide", P, X, X)
-    cov = second - xbar.unsqueeze(-1) * xbar.unsqueeze(-2)
-    mean_term = torch.linalg.matrix_norm(P, ord=2)
-    cov_term = torch.linalg.matrix_norm(cov @ A, ord=2).amax(1)
+    trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
     query = X @ A.mT if c is None else X @ A.mT + c
-    spread = (query.square().sum(-1) * cov.diagonal(dim1=-2, dim2=-1).sum(-1)).amax(1)
-    spread_term = torch.sqrt(spread.clamp_min(0) * P.sum(1).amax(1))
-    return mean_term + cov_term + spread_term
+    spread = (query.square().sum(-1) * trace.clamp_min(0)).amax(1) * P.sum(1).amax(1)
+    return torch.stack([torch.linalg.matrix_norm(P, ord=2), _cov_times_a_norms(X, P, A).amax(1),
+                        spread.sqrt()], 1)
 
 
 def theorem_c_3(X: Tensor, A: Tensor, V: Tensor, *, score_bias: Tensor | None = None,
@@ -100,9 +116,8 @@ def theorem_c_3(X: Tensor, A: Tensor, V: Tensor, *, score_bias: Tensor | None = 
     ``||V|| (||P||₂ + max_i ||Cov_i A||₂ + (max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2})``,
     each term bounding one term of Lemma C.2 (D.1 when masked, E.2 with a score bias).
     """
-    check_tokens(X)
     _check_head(A, V)
-    return _norm2(V) * _head_terms(X, A, score_bias, masked)
+    return _norm2(V) * theorem_c_3_terms(X, A, score_bias=score_bias, masked=masked).sum(1)
 
 
 def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -> Tensor:
@@ -111,7 +126,8 @@ def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -
     total = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
     for h in range(heads.num_heads):
         c = None if heads.score_bias is None else heads.score_bias[h]
-        total = total + _norm2(heads.W[h] @ heads.V[h]) * _head_terms(X, heads.A[h], c, masked)
+        terms = theorem_c_3_terms(X, heads.A[h], score_bias=c, masked=masked)
+        total = total + _norm2(heads.W[h] @ heads.V[h]) * terms.sum(1)
     return total
 
 
