@@ -74,30 +74,39 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
 
 
-def _cov_times_a_norms(X: Tensor, P: Tensor, A: Tensor) -> Tensor:
-    """``||Cov_i A||₂`` for every row ``i`` of ``P``, shape ``(B, n)``, without forming a ``d x d`` covariance.
+def _cov_times_a_norms(X: Tensor, P: Tensor, A: Tensor, eps: float) -> Tensor:
+    """An upper bound on ``||Cov_i A||₂`` for every row ``i`` of ``P``, ``(B, n)``, exact up to ``eps``-level terms.
 
-    With ``A = U S Wᵀ`` truncated at its rank ``r``, ``||Cov_i A|| = ||Cov_i U_r S_r||`` and
-    ``Cov_i U_r S_r = Σ_j P_ij x_j (S_r U_rᵀ x_j)ᵀ - x̄_i (S_r U_rᵀ x̄_i)ᵀ``: one ``n x n`` by ``n x dr``
-    product and an ``r x r`` Gram matrix per token (for a real head, ``r = k``).
+    With ``A = U S Wᵀ`` truncated where ``S < d eps S_1`` (rank ``r``; ``r = k`` for a real head up to
+    rounding), ``||Cov_i A|| <= ||Cov_i U_r S_r|| + S_{r+1} tr Cov_i``, and
+    ``Cov_i U_r S_r = Σ_j P_ij x_j (S_r U_rᵀ x_j)ᵀ - x̄_i (S_r U_rᵀ x̄_i)ᵀ`` is one ``n x n`` by ``n x dr``
+    product whose norm comes from an ``r x r`` Gram matrix: no ``d x d`` covariance is formed.
     """
     B, n, d = X.shape
     U, S, _ = torch.linalg.svd(A)
-    r = max(int((S > S[0] * d * torch.finfo(S.dtype).eps).sum()), 1)
+    r = max(int((S > S[0] * d * eps).sum()), 1)
     Ur = U[:, :r] * S[:r]
     XU = X @ Ur
     outer = (X.unsqueeze(-1) * XU.unsqueeze(-2)).reshape(B, n, d * r)
-    CU = (P @ outer).reshape(B, n, d, r) - (P @ X).unsqueeze(-1) * (P @ XU).unsqueeze(-2)
-    return torch.linalg.eigvalsh(CU.mT @ CU)[..., -1].clamp_min(0).sqrt()
+    xbar = P @ X
+    CU = (P @ outer).reshape(B, n, d, r) - xbar.unsqueeze(-1) * (P @ XU).unsqueeze(-2)
+    norms = torch.linalg.eigvalsh(CU.mT @ CU)[..., -1].clamp_min(0).sqrt()
+    if r == d:
+        return norms
+    trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
+    return norms + S[r] * trace.clamp_min(0)
 
 
 def theorem_c_3_terms(X: Tensor, A: Tensor, *, score_bias: Tensor | None = None,
                       masked: bool = False) -> Tensor:
     """Theorem C.3 (our derivation), term by term for ``V = I``: ``(B, 3)`` bounds on the terms of Lemma C.2.
 
-    ``||P||₂``, ``max_i ||Cov_i A||₂`` and ``(max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``.
+    ``||P||₂``, ``max_i ||Cov_i A||₂`` and ``(max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``. Singular
+    values of ``A`` below ``d eps ||A||`` (``eps`` of ``A``'s dtype: the rounding noise of a low-rank
+    ``A = KᵀQ/√k`` stored in float32) enter through ``tr Cov_i`` rather than a ``d x d`` product.
     """
     check_tokens(X)
+    eps = torch.finfo(A.dtype).eps
     X, A = X.double(), A.double()
     c = None if score_bias is None else score_bias.double()
     P = attention_matrix(X, A, score_bias=c, masked=masked)
@@ -105,7 +114,7 @@ def theorem_c_3_terms(X: Tensor, A: Tensor, *, score_bias: Tensor | None = None,
     trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
     query = X @ A.mT if c is None else X @ A.mT + c
     spread = (query.square().sum(-1) * trace.clamp_min(0)).amax(1) * P.sum(1).amax(1)
-    return torch.stack([torch.linalg.matrix_norm(P, ord=2), _cov_times_a_norms(X, P, A).amax(1),
+    return torch.stack([torch.linalg.matrix_norm(P, ord=2), _cov_times_a_norms(X, P, A, eps).amax(1),
                         spread.sqrt()], 1)
 
 

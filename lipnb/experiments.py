@@ -1,8 +1,8 @@
 """Sweeps behind the book's figures: each a function with a progress bar and an on-disk results cache.
 
-The cache lives in ``LIPNB_CACHE_DIR`` (default ``.cache/lipnb`` in the working directory's repository
-root); an entry is keyed by the sweep's name, its parameters and the lipnb version, and is never
-committed, so a fresh clone (and CI) recomputes everything it shows.
+The cache lives in ``LIPNB_CACHE_DIR`` (default ``.cache/lipnb`` at the repository root); an entry is
+keyed by the sweep's name, its parameters and a hash of lipnb's source code, and is never committed,
+so a fresh clone (and CI) recomputes everything it shows.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import TypeVar
 import torch
 from tqdm.auto import tqdm
 
+from . import bounds
 from .attention import MultiHead, MultiHeadMap
 from .lipschitz import local_lipschitz
 
@@ -33,11 +34,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("LIPNB_CACHE_DIR", default))
 
 
+def _code_hash() -> str:
+    """A hash of lipnb's source: editing any sweep (or what it calls) invalidates every cached result."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def cached(name: str, params: dict, compute: Callable[[], T]) -> T:
     """Return ``compute()``, stored under ``name`` and a hash of ``params``; reuse a stored result."""
-    from . import __version__
-
-    key = json.dumps({"name": name, "params": params, "version": __version__}, sort_keys=True, default=str)
+    key = json.dumps({"name": name, "params": params, "code": _code_hash()}, sort_keys=True, default=str)
     path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.pt"
     if path.exists():
         return torch.load(path, weights_only=False)
@@ -407,61 +414,6 @@ def lemma_c2_term_matrices(X: torch.Tensor, A: torch.Tensor, *, masked: bool = F
     return torch.stack([mean, own, spread], 1).reshape(B, 3, n * d, n * d)
 
 
-def _cov_times_a_norms(X: torch.Tensor, P: torch.Tensor, A: torch.Tensor, eps: float) -> torch.Tensor:
-    """An upper bound on ``||Cov_i A||_2`` for every row ``i`` of ``P``, ``(B, n)``, exact up to ``eps``-level terms.
-
-    With the SVD ``A = U S Vᵀ`` truncated where ``S < d eps S_1``, ``||Cov_i A|| <= ||Cov_i W|| + S_{r+1} tr Cov_i``
-    for ``W = U_r S_r`` (``d x r``), and ``Cov_i W = Σ_j P_ij x_j (Wᵀx_j)ᵀ - x̄_i (Wᵀx̄_i)ᵀ`` is one ``n x n`` by
-    ``n x d r`` product; its norm comes from an ``r x r`` Gram matrix. For a real head ``r = k``.
-    """
-    B, n, d = X.shape
-    U, S, _ = torch.linalg.svd(A)
-    r = max(int((S > S[0] * d * eps).sum()), 1)
-    W = U[:, :r] * S[:r]
-    XW = X @ W
-    outer = (X.unsqueeze(-1) * XW.unsqueeze(-2)).reshape(B, n, d * r)
-    xbar = P @ X
-    CW = (P @ outer).reshape(B, n, d, r) - xbar.unsqueeze(-1) * (P @ XW).unsqueeze(-2)
-    norms = torch.linalg.eigvalsh(CW.mT @ CW)[..., -1].clamp_min(0).sqrt()
-    if r == d:
-        return norms
-    trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
-    return norms + S[r] * trace.clamp_min(0)
-
-
-def theorem_c_3_terms(X: torch.Tensor, A: torch.Tensor, *, score_bias: torch.Tensor | None = None,
-                      masked: bool = False) -> torch.Tensor:
-    """Theorem C.3 (our form), term by term for ``V = I``: ``(B, 3)`` bounds on the three operators of Lemma C.2.
-
-    ``||P||_2``, ``max_i ||Cov_i A||_2`` and ``(max_i |A x_i + c|² tr Cov_i · max_j Σ_i P_ij)^{1/2}``; their sum
-    times ``||V||_2`` is :func:`lipnb.bounds.theorem_c_3`. Singular values of ``A`` below ``d eps ||A||`` (``eps`` of
-    ``A``'s dtype: rounding noise of a low-rank ``A = KᵀQ/√k``) enter through ``tr Cov_i``, never dropped.
-    """
-    from .attention import attention_matrix
-
-    eps = torch.finfo(A.dtype).eps
-    X, A = X.double(), A.double()
-    c = None if score_bias is None else score_bias.double()
-    P = attention_matrix(X, A, score_bias=c, masked=masked)
-    xbar = P @ X
-    trace = (P * X.square().sum(-1).unsqueeze(1)).sum(-1) - xbar.square().sum(-1)
-    query = X @ A.mT if c is None else X @ A.mT + c
-    spread = (query.square().sum(-1) * trace.clamp_min(0)).amax(1) * P.sum(1).amax(1)
-    own = _cov_times_a_norms(X, P, A, eps).amax(1)
-    return torch.stack([torch.linalg.matrix_norm(P, ord=2), own, spread.sqrt()], 1)
-
-
-def multihead_data_bound_fast(X: torch.Tensor, heads: MultiHead, *, masked: bool = False) -> torch.Tensor:
-    """Lemma 3.8 with Theorem C.3 per head, ``(B,)``: the number :func:`lipnb.bounds.multihead_data_bound` returns,
-    computed through ``n x n`` Gram matrices (fast for real layers, where ``n < d``)."""
-    total = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
-    for h in range(heads.num_heads):
-        c = None if heads.score_bias is None else heads.score_bias[h]
-        weight = torch.linalg.matrix_norm((heads.W[h] @ heads.V[h]).double(), ord=2)
-        total = total + weight * theorem_c_3_terms(X, heads.A[h], score_bias=c, masked=masked).sum(1)
-    return total
-
-
 @dataclass(frozen=True)
 class HeadSpectrum:
     """Prop. 3.4 for each head: largest and smallest real eigenvalue of ``A_h``, ``γ_h`` and the Sec. 5.2 case."""
@@ -557,7 +509,7 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
     params = {"model": model_name, "layer": layer, "lengths": lengths, "per_length": per_length}
 
     def compute() -> dict:
-        from . import bounds, data, models
+        from . import data, models
         from .attention import attention_matrix
 
         model, tokenizer = models.load(model_name)
@@ -576,7 +528,7 @@ def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], pe
             rows["radius"].append(norms.amax(1))
             rows["mean_radius"].append(norms.mean(1))
             rows["bound"].append(bounds.multihead_bound(heads, norms.amax(1), n))
-            rows["data_bound"].append(multihead_data_bound_fast(X, heads, masked=masked))
+            rows["data_bound"].append(bounds.multihead_data_bound(X, heads, masked=masked))
             P = attention_matrix(X, heads.A.double(), score_bias=heads.score_bias.double(), masked=masked)
             rows["column_sum"].append(P.sum(-2).flatten(1).amax(1))
         return {k: torch.cat(v) for k, v in rows.items()}
@@ -856,7 +808,6 @@ def flow_gronwall_log(A: torch.Tensor, V: torch.Tensor, r0: float, n: int, T: fl
     ``Lip_j`` defaults to the smaller of Theorem 3.3 and Equation (1) (Theorem 3.5) on the ball of
     :func:`flow_radius_bound`; pass measured per-layer constants as ``step_constants`` (shape ``(L,)``).
     """
-    from . import bounds
 
     h = T / L
     if step_constants is None:
