@@ -299,6 +299,28 @@ class _Factors:
                         move(self.out_bias), self.rank, self.num_heads, self.head_dim)
 
 
+def _truncated_svd(A: Tensor, tol: float) -> tuple[Tensor, Tensor, Tensor]:
+    """SVD of a stack ``(H, d, d)`` of float64 matrices of low numerical rank, in ``O(d² r)``.
+
+    A Gaussian sketch ``A Ω`` with ``ℓ`` columns captures the range of ``A``; the sketch is accepted when
+    the part of ``A`` outside it has Frobenius norm at most ``tol * σ_max``, else ``ℓ`` doubles. Past
+    ``d / 2`` columns the full SVD is cheaper. Singular values beyond the sketch are below ``tol σ_max``.
+    """
+    d = A.shape[-1]
+    generator = torch.Generator(device=A.device).manual_seed(0)
+    ell = 16
+    while 2 * ell < d:
+        omega = torch.randn(d, ell + 8, generator=generator, dtype=A.dtype, device=A.device)
+        basis = torch.linalg.qr(A @ omega).Q                                   # (H, d, ℓ + 8)
+        small = basis.mT @ A
+        U, S, Vh = torch.linalg.svd(small, full_matrices=False)
+        outside = torch.linalg.matrix_norm(A - basis @ small)
+        if bool((outside <= tol * S[:, 0]).all()):
+            return basis @ U, S, Vh
+        ell *= 2
+    return torch.linalg.svd(A)
+
+
 def _factor_heads(heads: MultiHead, rtol: float | None) -> _Factors:
     """SVD of each ``A_h`` in float64, truncated at ``rtol * σ_max`` (numerical rank); biases folded in.
 
@@ -309,7 +331,7 @@ def _factor_heads(heads: MultiHead, rtol: float | None) -> _Factors:
     A = heads.A.double()
     H, d, _ = A.shape
     tol = d * torch.finfo(heads.A.dtype).eps if rtol is None else rtol
-    U, S, Vh = torch.linalg.svd(A)
+    U, S, Vh = _truncated_svd(A, tol)
     rank = max(1, int((S > tol * S[:, :1]).sum(1).max()))
     U, S, Vh = U[:, :, :rank], S[:, :rank], Vh[:, :rank]
     root = S.sqrt()
@@ -356,6 +378,13 @@ class AttentionLinearization:
                  output: Tensor) -> None:
         self.factors, self.P, self.Qx, self.Kx, self.Vx, self.Oh = factors, P, Qx, Kx, Vx, Oh
         self.output = output
+        self._work: Tensor | None = None
+
+    def _scores_buffer(self) -> Tensor:
+        """A reusable ``(B, H, n, n)`` buffer: fresh large allocations cost page faults on every product."""
+        if self._work is None:
+            self._work = torch.empty_like(self.P)
+        return self._work
 
     @classmethod
     def at(cls, factors: _Factors, X: Tensor, masked: bool) -> AttentionLinearization:
@@ -402,16 +431,18 @@ class AttentionLinearization:
         dproj = (E @ self.factors.proj.mT).view(B, n, H, 2 * r + k).transpose(1, 2)
         dQ, dK, dV = dproj.split([r, r, k], dim=-1)
         # scores move by dQ Kᵀ + Q dKᵀ: one product with inner dimension 2r
-        dS = torch.cat([dQ, self.Qx], -1) @ torch.cat([self.Kx, dK], -1).mT
+        dS = torch.matmul(torch.cat([dQ, self.Qx], -1), torch.cat([self.Kx, dK], -1).mT,
+                          out=self._scores_buffer())
         T = dS.mul_(self.P)
-        dO = T @ self.Vx - T.sum(-1, keepdim=True) * self.Oh + self.P @ dV
+        dO = T @ self.Vx
+        dO.sub_(T.sum(-1, keepdim=True) * self.Oh).add_(self.P @ dV)
         return self._combine(dO)
 
     def vjp(self, G: Tensor) -> Tensor:
         """``D_X fᵀ(G)``: the adjoint of :meth:`jvp`, ``dS = P ⊙ (dO Vᵀ - <dO_i, O_i>)``."""
         B, n = G.shape[:2]
         dO = self._split(G)
-        dS = dO @ self.Vx.mT
+        dS = torch.matmul(dO, self.Vx.mT, out=self._scores_buffer())
         dS.sub_((dO * self.Oh).sum(-1, keepdim=True)).mul_(self.P)
         dV = self.P.mT @ dO
         dQ = dS @ self.Kx
@@ -453,6 +484,21 @@ class MultiHeadMap:
 
     def __call__(self, X: Tensor) -> Tensor:
         return multihead_attention(X, self._heads_like(X), masked=self.masked)
+
+    def flops(self, n: int) -> dict[str, int]:
+        """Matrix-product FLOPs per input of length ``n``: the ``linearize`` forward pass and one ``JᵀJ`` product.
+
+        With ``p = H (2r + k)`` projection rows: the forward pass costs ``2 n d p + 2 n² H (r + k)``, a
+        product ``4 n d p + 8 n² H (r + k)`` (``"attention"``: its second term), plus ``2 n H k d_out`` per
+        application of the output blocks.
+        """
+        F = self._factors
+        H, r, k = F.num_heads, F.rank, F.head_dim
+        d, p = F.proj.shape[1], F.proj.shape[0]
+        out = 0 if F.W is None else 2 * n * H * k * F.W.shape[1]
+        return {"linearize": 2 * n * d * p + 2 * n * n * H * (r + k) + out,
+                "product": 4 * n * d * p + 8 * n * n * H * (r + k) + 2 * out,
+                "attention": 8 * n * n * H * (r + k)}
 
     def linearize(self, X: Tensor) -> AttentionLinearization:
         """Lemma C.2 at the batch ``X``: reusable closed-form ``jvp`` and ``vjp`` (no autograd)."""

@@ -1,8 +1,11 @@
 """Local Lipschitz constants ``Lip_X(f) = ||D_X f||_2`` (Lemma 3.1, App. E.1 of Castin et al., 2024).
 
 Matrix-free estimates work on the whole batch at once: one forward pass per input builds the
-linearization, and every step then costs one Jacobian-vector and one vector-Jacobian product.
-Dense float64 Jacobians serve as ground truth on small problems.
+linearization (in closed form for a :class:`Linearizable` map such as
+:class:`lipnb.attention.MultiHeadMap`, by autograd otherwise), and every step then costs one
+Jacobian-vector and one vector-Jacobian product on the inputs that have not converged yet. Batches
+larger than the device's memory run in chunks. Dense float64 Jacobians serve as ground truth on
+small problems. ``bench/lipschitz.py`` measures all this against the paper's method.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .attention import check_tokens
+from .attention import _log_weights, check_tokens
 
 __all__ = [
     "Linearizable",
@@ -104,14 +108,17 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
         return linearize(fn, X[index])
 
     Xg = X.detach().requires_grad_(True)
-    with torch.enable_grad():
+    # The fused attention kernels have no double backward: record the forward with the math kernel.
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
         Y = fn(Xg)
         _check_output(Y, X)
-        if not Y.requires_grad:
+        G = torch.zeros_like(Y, requires_grad=True)
+        (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True, allow_unused=True) if Y.requires_grad \
+            else (None,)
+        if JtG is None or not JtG.requires_grad:
+            # Y does not depend on X (or depends on it affinely with a zero slope): J = 0.
             zero_in, zero_out = torch.zeros_like(X), torch.zeros_like(Y)
             return Linearization(Y.detach(), lambda u: zero_out[: len(u)], lambda v: zero_in[: len(v)], select)
-        G = torch.zeros_like(Y, requires_grad=True)
-        (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True)
 
     def jvp(u: Tensor) -> Tensor:
         with torch.enable_grad():
@@ -120,8 +127,8 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
     def vjp(v: Tensor) -> Tensor:
         with torch.enable_grad():
-            (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True)
-        return Jtv
+            (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(X) if Jtv is None else Jtv
 
     return Linearization(Y.detach(), jvp, vjp, select)
 
@@ -159,8 +166,9 @@ class _Normal:
         full[self.rows] = u
         return self.lin.vjp(self.lin.jvp(full))[self.rows]
 
-    def keep(self, mask: Tensor) -> None:
-        self.rows = self.rows[mask]
+    def keep(self, rows: Tensor) -> None:
+        """Keep the active rows ``rows`` (a mask, or positions in the new order)."""
+        self.rows = self.rows[rows]
         if 0 < len(self.rows) <= self.ratio * self.size:
             self.lin = self.lin.select(self.rows)
             self.rows = torch.arange(len(self.rows), device=self.rows.device)
@@ -218,6 +226,18 @@ def _power(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     return out
 
 
+def _fill_holes(keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Compaction that moves few rows: ``perm[j]`` is the old row of new row ``j``; kept rows stay in
+    place, except the kept rows beyond the new size (``movers``), which fill the finished rows (``holes``)."""
+    size = int(keep.sum())
+    position = torch.arange(len(keep), device=keep.device)
+    holes = position[:size][~keep[:size]]
+    movers = position[size:][keep[size:]]
+    perm = position[:size].clone()
+    perm[holes] = movers
+    return perm, holes, movers
+
+
 def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     """Lanczos on ``JᵀJ`` with full reorthogonalisation, batched; stops each input on its own.
 
@@ -237,15 +257,26 @@ def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     eps = torch.finfo(q.dtype).eps
     for k in range(m):
         if k == basis.shape[1]:
-            basis = torch.cat([basis, basis.new_empty(len(q), min(k, m - k), N)], 1)
+            grown = basis.new_empty(len(q), min(2 * k, m), N)
+            grown[:, :k] = basis
+            basis = grown
         basis[:, k] = q
         w = normal(q.view(-1, *shape)).flatten(1)
         a = (q * w).sum(1)
         w = w - a.unsqueeze(1) * q
+        if k > 0:
+            w = w - beta[:, k - 1].to(w.dtype).unsqueeze(1) * basis[:, k - 1]
         V = basis[:, : k + 1]
+        # The three-term recurrence above removed the large components; one classical Gram-Schmidt
+        # pass against the whole basis removes the rounding errors, a second one runs only where the
+        # first removed most of w (the "twice is enough" test of Daniel, Gragg, Kaufman and Stewart).
+        before = w.norm(dim=1)
         for _ in range(2):
-            w = w - torch.bmm(V.mT, torch.bmm(V, w.unsqueeze(2))).squeeze(2)
-        b = w.norm(dim=1)
+            w = torch.baddbmm(w.unsqueeze(1), torch.bmm(w.unsqueeze(1), V.mT), V, alpha=-1).squeeze(1)
+            b = w.norm(dim=1)
+            if not bool((b < 0.7071 * before).any()):
+                break
+            before = b
         alpha[:, k], beta[:, k] = a.double(), b.double()
         T = torch.diag_embed(alpha[:, : k + 1]) + torch.diag_embed(beta[:, :k], 1) \
             + torch.diag_embed(beta[:, :k], -1)
@@ -262,8 +293,14 @@ def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
             keep = ~stop
             if not bool(keep.any()):
                 break
-            index, basis, alpha, beta, w, b = index[keep], basis[keep], alpha[keep], beta[keep], w[keep], b[keep]
-            normal.keep(keep)
+            # Shrink the basis in place: kept rows beyond the new size move into the holes left by
+            # finished ones; no copy of the whole basis.
+            perm, holes, movers = _fill_holes(keep)
+            if len(holes):
+                basis[holes, : k + 1] = basis[movers, : k + 1]
+            basis = basis[: len(perm)]
+            index, alpha, beta, w, b = index[perm], alpha[perm], beta[perm], w[perm], b[perm]
+            normal.keep(perm)
         q = w / b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1)
     return out
 
@@ -400,7 +437,9 @@ def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
     for b, x in enumerate(X):
         # Element b is differentiated inside the whole batch, so fn may close over per-batch data.
         def element(z: Tensor, b: int = b) -> Tensor:
-            return fn(torch.cat([X[:b], z.unsqueeze(0), X[b + 1:]]))[b]
+            Y = fn(torch.cat([X[:b], z.unsqueeze(0), X[b + 1:]]))
+            _check_output(Y, X)
+            return Y[b]
 
         J = torch.autograd.functional.jacobian(element, x)
         blocks.append(J.reshape(-1, x.numel()))
@@ -418,12 +457,10 @@ def weighted_operator_norm(fn: Map, X: Tensor, weights: Tensor) -> Tensor:
     With ``fn`` the weighted self-attention of Def C.4, this is the local Lipschitz constant of
     mean-field attention at the measure ``sum_i w_i δ_{x_i}`` for the Wasserstein-2 distance.
     """
+    check_tokens(X)
+    w = _log_weights(weights, X.double()).exp().squeeze(1)
     J = jacobian_matrix(fn, X)
-    B, n = X.shape[:2]
-    w = torch.as_tensor(weights, dtype=torch.float64, device=J.device).expand(B, n)
-    if bool((w <= 0).any()):
-        raise ValueError("weights must be strictly positive")
-    w = w / w.sum(1, keepdim=True)
+    n = X.shape[1]
     root_out = w.sqrt().repeat_interleave(J.shape[1] // n, dim=1)
     root_in = w.sqrt().repeat_interleave(J.shape[2] // n, dim=1)
     return torch.linalg.matrix_norm(root_out.unsqueeze(2) * J / root_in.unsqueeze(1), ord=2)

@@ -2,8 +2,6 @@
 
 * Hypothesis runs a small, reproducible number of examples by default (profile ``lipnb``); set
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
-* Tests that pin a known, reported bug of the core carry the ``known_bug`` marker: they fail until
-  the bug is fixed (deselect them with ``-m "not known_bug"``).
 """
 
 from __future__ import annotations
@@ -42,9 +40,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "lipnb"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers", "known_bug: pins a reported bug of the lipnb core; fails until the bug is fixed"
-    )
     # torch.func.jvp registers its decompositions with torch.jit.script on first use (torch internals).
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 

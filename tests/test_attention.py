@@ -510,10 +510,9 @@ def _bug_calls() -> list[tuple[str, Callable[[], object], str]]:
     ]
 
 
-@pytest.mark.known_bug
 @pytest.mark.parametrize(("call", "message"), [c[1:] for c in _bug_calls()], ids=[c[0] for c in _bug_calls()])
 def test_bug_unvalidated_v_and_score_bias(call: Callable[[], object], message: str) -> None:
-    """KNOWN BUG (reported): ``lemma_c2_jvp`` never checks ``V`` and ``attention_matrix`` never checks
+    """Regression (was a reported bug): ``lemma_c2_jvp`` never checks ``V`` and ``attention_matrix`` never checks
     ``score_bias``; a wrong shape broadcasts silently or raises a bare RuntimeError, and NaN propagates."""
     with pytest.raises(ValueError, match=message):
         call()

@@ -333,7 +333,6 @@ def test_bad_input_raises_value_error(call: Callable[[], object], message: str) 
         call()
 
 
-@pytest.mark.known_bug
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -346,7 +345,7 @@ def test_bad_input_raises_value_error(call: Callable[[], object], message: str) 
     ids=["3.3-A-nan", "3.5-V-inf", "3.3-A-not-square", "3.3-V-wrong-d", "c3-V-wrong-d"],
 )
 def test_bug_bounds_do_not_validate_a_and_v(call: Callable[[], object], message: str) -> None:
-    """KNOWN BUG (reported): the closed-form bounds take ``||A||₂, ||V||₂`` of whatever they are given:
+    """Regression (was a reported bug): the closed-form bounds take ``||A||₂, ||V||₂`` of whatever they are given:
     NaN/inf raise a bare ``LinAlgError``, and non-square ``A`` or ``V`` not matching ``d`` return a number."""
     with pytest.raises(ValueError, match=message):
         call()

@@ -184,9 +184,8 @@ def test_constant_map_has_constant_zero(gen: torch.Generator) -> None:
         assert bool(res.converged.all())
 
 
-@pytest.mark.known_bug
 def test_bug_constant_map_with_parameters() -> None:
-    """KNOWN BUG (reported): a map that ignores ``X`` but whose output requires grad (through parameters)
+    """Regression (was a reported bug): a map that ignores ``X`` but whose output requires grad (through parameters)
     makes ``linearize`` raise ``RuntimeError: ... appears to not have been used in the graph`` instead of
     returning ``Lip_X = 0`` as it does for outputs that do not require grad (dense ground truth: 0)."""
     bias = torch.nn.Parameter(torch.ones(1, 3, 2, dtype=F64))
@@ -343,10 +342,9 @@ def test_torch_module_matches_dense(dtype: torch.dtype) -> None:
     _module_check(dtype, need_weights=True)
 
 
-@pytest.mark.known_bug
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
 def test_bug_fused_sdpa_module(dtype: torch.dtype) -> None:
-    """KNOWN BUG (reported): ``linearize`` gets its JVPs by double backward, which the fused CPU
+    """Regression (was a reported bug): ``linearize`` gets its JVPs by double backward, which the fused CPU
     ``scaled_dot_product_attention`` kernel lacks (nor has it forward-mode AD), so ``local_lipschitz``
     raises ``RuntimeError: derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward
     is not implemented`` on ``nn.MultiheadAttention(need_weights=False)``. The dense ground truth works."""
@@ -563,21 +561,18 @@ def test_bad_input_raises_value_error(call: Callable[[Tensor], object], message:
         call(X)
 
 
-@pytest.mark.known_bug
 @pytest.mark.parametrize(
     ("call", "message"),
     [
         (lambda X: weighted_operator_norm(_sa, X, torch.ones(4)), "weights must have shape"),
         (lambda X: weighted_operator_norm(_sa, X, torch.tensor([1.0, float("nan"), 1.0])), "finite"),
-        (lambda X: exact_local_lipschitz(lambda Z: _sa(Z).expand(2, -1, -1), X), "fn must map"),
+        (lambda X: exact_local_lipschitz(lambda Z: _sa(Z)[:1], X), "fn must map"),
     ],
     ids=["weights-shape", "weights-nan", "exact-fn-batch"],
 )
 def test_bug_weighted_norm_and_dense_jacobian_validation(call: Callable[[Tensor], object], message: str) -> None:
-    """KNOWN BUG (reported): ``weighted_operator_norm`` raises a RuntimeError / LinAlgError for weights of the
-    wrong shape or with NaN; ``jacobian_matrix`` accepts an ``fn`` whose output batch is not 1 per input and
-    silently differentiates all of it (here the norm comes out √2 too large), where ``local_lipschitz``
-    raises ``ValueError``."""
+    """``weighted_operator_norm`` rejects weights of the wrong shape or with NaN, and ``jacobian_matrix`` an
+    ``fn`` whose output batch differs from its input batch, as ``local_lipschitz`` does."""
     X = torch.randn(2, 3, 2, dtype=F64)
     with pytest.raises(ValueError, match=message):
         call(X)

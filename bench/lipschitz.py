@@ -1,0 +1,502 @@
+"""How fast is ``lipnb.local_lipschitz``? The paper's method and ours, side by side, on the same inputs (issue #4).
+
+For each sequence length ``n`` the inputs are ``batch`` runs of ``n`` consecutive tokens of *Alice in
+Wonderland*, taken where they enter the attention layer of a real model (``lipnb.models.attention_inputs``).
+On these inputs, in one process, interleaved and repeated (medians reported):
+
+``paper``
+    App. E.1 as the paper runs it: one input at a time, in float32, through the Hugging Face module
+    (``attention_map(model, layer, kind)``); each step a ``torch.func.jvp`` and a ``torch.func.vjp``
+    (both re-running the forward pass), then ``u <- JᵀJu / ||JᵀJu||``; stop when the estimate of
+    ``||J||²`` moves by less than ``1e-4``, at most 100 steps.
+``lipnb``
+    ``lipnb.local_lipschitz`` with default options on the closed-form map
+    ``lipnb.attention.MultiHeadMap`` (Lemma C.2; proven equal to the module in tests/test_fast_path.py).
+``lipnb-autograd`` (full runs)
+    ``lipnb.local_lipschitz`` on the Hugging Face module itself (double-backward linearization).
+``lipnb-f64`` (full runs)
+    as ``lipnb`` with float64 products.
+
+Accuracy: every estimate is compared with a tightly converged reference, float64 ARPACK Lanczos
+(``scipy.sparse.linalg.eigsh``, tol 1e-12) on the closed-form float64 products, certified on the
+float64 Hugging Face module by the Rayleigh quotient and residual of the returned vector.
+Cost: FLOPs per Jacobian product counted by ``torch.utils.flop_counter`` on one input, achieved
+FLOP/s against the peak of a large matrix product timed in the same run, peak memory of each method.
+
+Usage::
+
+    python bench/lipschitz.py                 # full: n = 32, 128, 512 (batch 32; 8 at n = 512 on CPU)
+    python bench/lipschitz.py --quick         # < 2 min on a 2-core CPU: n = 16, 32, batch 3
+    python bench/lipschitz.py --n 64 256 --batch 16 --device cuda --models minilm:2 gpt2-random:6
+
+Results go to ``bench/results/lipschitz-<device>[-quick].json`` (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import ctypes
+import datetime as dt
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.sparse.linalg import LinearOperator, eigsh
+from torch import Tensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+import lipnb
+from lipnb import data, models, profiles
+from lipnb.attention import MultiHeadMap, concat_heads
+from lipnb.lipschitz import NotConvergedWarning, _chunk_size
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results"
+PAPER_TOL, PAPER_MAX_ITER = 1e-4, 100
+Map = Callable[[Tensor], Tensor]
+
+
+# --------------------------------------------------------------------------- the methods
+
+
+def paper_power(fn: Map, x: Tensor, *, seed: int = 0) -> tuple[float, int]:
+    """App. E.1 on one input ``x`` ``(1, n, d)``: power iteration on ``JᵀJ`` with a fresh JVP and VJP per step."""
+    generator = torch.Generator(device=x.device).manual_seed(seed)
+    u = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    u = u / u.norm()
+    previous, steps = None, 0
+    while steps < PAPER_MAX_ITER:
+        steps += 1
+        _, Ju = torch.func.jvp(fn, (x,), (u,))
+        _, pullback = torch.func.vjp(fn, x)
+        (JtJu,) = pullback(Ju)
+        estimate = float((u * JtJu).sum())
+        u = JtJu / JtJu.norm()
+        if previous is not None and abs(estimate - previous) < PAPER_TOL:
+            break
+        previous = estimate
+    return max(estimate, 0.0) ** 0.5, steps
+
+
+def run_paper(fn: Map, X: Tensor) -> dict[str, list]:
+    values, iterations = [], []
+    for i in range(len(X)):
+        value, steps = paper_power(fn, X[i:i + 1], seed=i)
+        values.append(value)
+        iterations.append(steps)
+    return {"values": values, "iterations": iterations, "converged": [s < PAPER_MAX_ITER for s in iterations]}
+
+
+def run_lipnb(fn: Map, X: Tensor, dtype: torch.dtype | None = None) -> dict[str, list]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotConvergedWarning)
+        res = lipnb.local_lipschitz(fn, X, dtype=dtype, detailed=True)
+    return {"values": res.value.double().tolist(), "iterations": res.iterations.tolist(),
+            "converged": res.converged.tolist()}
+
+
+def closed_form_map(model: torch.nn.Module, layer: int, kind: str) -> MultiHeadMap:
+    """``attention_map(model, layer, kind)`` as a :class:`MultiHeadMap` (``kind`` ``"self"`` or ``"mha"``)."""
+    heads = models.head_matrices(model, layer)
+    if kind == "self" and model.config.model_type == "bert":
+        heads = concat_heads(heads)          # BertSelfAttention: the heads side by side, no output projection
+    elif kind not in ("self", "mha"):
+        raise ValueError(f"no closed form for kind={kind!r}")
+    return MultiHeadMap(heads, masked=models.is_decoder(model))
+
+
+# --------------------------------------------------------------------------- reference values
+
+
+def reference(fast64: MultiHeadMap, module64: Map, X: Tensor) -> dict[str, list]:
+    """Float64 ARPACK Lanczos (tol 1e-12) per input, certified on the float64 module."""
+    values, agreement, residuals, products = [], [], [], []
+    X64 = X.double()
+    for i in range(len(X64)):
+        x = X64[i:i + 1]
+        lin = fast64.linearize(x)
+        count = [0]
+
+        def matvec(v: np.ndarray, lin=lin, x=x, count=count) -> np.ndarray:
+            count[0] += 1
+            u = torch.from_numpy(np.ascontiguousarray(v, dtype=np.float64)).to(x.device).view_as(x)
+            return lin.vjp(lin.jvp(u)).reshape(-1).cpu().numpy()
+
+        N = x.numel()
+        op = LinearOperator((N, N), matvec=matvec, dtype=np.float64)
+        v0 = np.random.default_rng(i).standard_normal(N)
+        lam, vec = eigsh(op, k=1, which="LA", tol=1e-12, v0=v0, ncv=min(N - 1, 24))
+        lam = float(lam[0])
+        u = torch.from_numpy(vec[:, 0].copy()).to(x.device).view_as(x)
+        _, Ju = torch.func.jvp(module64, (x,), (u,))
+        _, pullback = torch.func.vjp(module64, x)
+        (JtJu,) = pullback(Ju)
+        theta = float(Ju.square().sum())
+        values.append(lam ** 0.5)
+        agreement.append(abs(theta - lam) / lam)
+        residuals.append(float((JtJu - theta * u).norm()) / theta)
+        products.append(count[0])
+    return {"values": values, "module_rayleigh_gap": agreement, "module_residual": residuals,
+            "arpack_products": products}
+
+
+# --------------------------------------------------------------------------- measurement helpers
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+try:
+    _LIBC = ctypes.CDLL("libc.so.6")
+except OSError:  # not glibc: peak memory on CPU is then reported as NaN
+    _LIBC = None
+
+
+def _rss_kib(field: str) -> int:
+    return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
+
+
+@contextlib.contextmanager
+def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
+    """Peak memory above the level at entry, in MiB: CUDA allocator peak, or peak RSS on CPU (Linux)."""
+    out: dict[str, float] = {}
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+        yield out
+        torch.cuda.synchronize(device)
+        out["MiB"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
+        return
+    try:
+        if _LIBC is None:
+            raise OSError("no glibc")
+        _LIBC.malloc_trim(0)                                    # hand freed memory back, so RSS is what is in use
+        Path("/proc/self/clear_refs").write_text("5")          # reset the peak RSS (VmHWM)
+        base = _rss_kib("VmRSS")
+    except OSError:
+        yield out
+        out["MiB"] = float("nan")
+        return
+    yield out
+    out["MiB"] = (_rss_kib("VmHWM") - base) / 1024
+
+
+def timed(fn: Callable[[], dict], device: torch.device) -> tuple[dict, float, float, float]:
+    """``(result, wall seconds, CPU seconds, peak MiB)`` of one call."""
+    with peak_memory(device) as memory:
+        _sync(device)
+        wall, cpu = time.perf_counter(), time.process_time()
+        result = fn()
+        _sync(device)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    return result, wall, cpu, memory["MiB"]
+
+
+def peak_flops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
+    """FLOP/s of a large square matrix product (best of several), the machine's practical peak."""
+    size = 8192 if device.type == "cuda" else 2048
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    best = float("inf")
+    for _ in range(6):
+        _sync(device)
+        start = time.perf_counter()
+        a @ b
+        _sync(device)
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
+
+
+class _FlopCounter(TorchDispatchMode):
+    """Matrix-product FLOPs by torch's own formulas (``torch.utils.flop_counter``), without its module
+    tracker (which breaks ``torch.autograd.grad`` on leaves)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flops = 0
+
+    def __torch_dispatch__(self, func: object, types: object, args: tuple = (), kwargs: dict | None = None) -> object:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            self.flops += int(formula(*args, **kwargs, out_val=out))
+        return out
+
+
+def count_flops(fn: Callable[[], object]) -> int:
+    with _FlopCounter() as counter:
+        fn()
+    return counter.flops
+
+
+def flops_per_product(method: str, fn: Map, x: Tensor) -> dict[str, int]:
+    """FLOPs of one ``JᵀJ`` product (and of the linearization) on one input, counted by torch."""
+    u = torch.randn_like(x)
+    if method == "paper":
+        def step() -> None:          # the ops of one step; torch.func.vjp itself trips the flop counter
+            _, Ju = torch.func.jvp(fn, (x,), (u,))
+            xg = x.detach().requires_grad_(True)
+            with torch.enable_grad():
+                torch.autograd.grad(fn(xg), xg, Ju)
+
+        return {"product": count_flops(step), "linearize": 0}
+    lin = lipnb.lipschitz.linearize(fn, x)
+    return {"product": count_flops(lambda: lin.vjp(lin.jvp(u))),
+            "linearize": count_flops(lambda: lipnb.lipschitz.linearize(fn, x))}
+
+
+def load_average() -> list[float]:
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except OSError:
+        return []
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        model = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text()).group(1)
+    except (OSError, AttributeError):
+        model = platform.processor() or "unknown CPU"
+    return f"{model}, {os.cpu_count()} logical cores"
+
+
+def git_commit() -> str:
+    """The commit of the code measured, ``+dirty`` when lipnb/ or bench/ differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        dirty = git("status", "--porcelain", "-uno", "--", "lipnb", "bench")
+        return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# --------------------------------------------------------------------------- the benchmark
+
+
+def relative_errors(values: list[float], ref: list[float]) -> list[float]:
+    return [abs(v - r) / r for v, r in zip(values, ref, strict=True)]
+
+
+def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], methods: list[str],
+                repeats: int, device: torch.device, kind: str, log: Callable[[str], None]) -> list[dict]:
+    name, layer = spec.split(":")
+    layer = int(layer)
+    model, tokenizer = models.load(name)
+    model = model.to(device)
+    module = models.attention_map(model, layer, kind)
+    fast = closed_form_map(model, layer, kind)
+    model64 = copy.deepcopy(model).double()
+    module64 = models.attention_map(model64, layer, kind)
+    fast64 = closed_form_map(model64, layer, kind)
+    batches = {n: batch_for(n) for n in lengths}
+    ids = data.token_sequences(data.alice_text(), tokenizer, lengths, max(batches.values()))
+    runners: dict[str, Callable[[Tensor], dict]] = {
+        "paper": lambda X: run_paper(module, X),
+        "lipnb": lambda X: run_lipnb(fast, X),
+        "lipnb-autograd": lambda X: run_lipnb(module, X),
+        "lipnb-f64": lambda X: run_lipnb(fast, X, dtype=torch.float64),
+    }
+    fns = {"paper": module, "lipnb": fast, "lipnb-autograd": module, "lipnb-f64": fast}
+    rows = []
+    for n in lengths:
+        B = batches[n]
+        X = models.attention_inputs(model, layer, ids[n][:B].to(device), kind=kind)
+        log(f"\n{name} layer {layer} ({kind}), n = {n}, batch {B}, d = {X.shape[-1]}, device {device}")
+        t0 = time.perf_counter()
+        ref = reference(fast64, module64, X)
+        log(f"  reference: float64 ARPACK in {time.perf_counter() - t0:.1f} s "
+            f"({statistics.mean(ref['arpack_products']):.0f} products/input); module Rayleigh gap "
+            f"{max(ref['module_rayleigh_gap']):.1e}, module residual {max(ref['module_residual']):.1e}")
+        timings: dict[str, dict] = {m: {"wall": [], "cpu": [], "peak_MiB": []} for m in methods}
+        results: dict[str, dict] = {}
+        for rep in range(repeats):
+            order = methods[rep % len(methods):] + methods[: rep % len(methods)]   # rotate: interleaved
+            for method in order:
+                result, wall, cpu, mem = timed(lambda method=method, X=X: runners[method](X), device)
+                timings[method]["wall"].append(wall)
+                timings[method]["cpu"].append(cpu)
+                timings[method]["peak_MiB"].append(mem)
+                results[method] = result
+        row = {"model": name, "layer": layer, "kind": kind, "n": n, "batch": B, "d": int(X.shape[-1]),
+               "reference": ref, "methods": {}}
+        x1 = X[:1]
+        for method in methods:
+            res, tm = results[method], timings[method]
+            errors = relative_errors(res["values"], ref["values"])
+            flops = flops_per_product(method, fns[method], x1.double() if method == "lipnb-f64" else x1)
+            products = sum(res["iterations"])
+            total_flops = products * flops["product"] + B * flops["linearize"]
+            wall = statistics.median(tm["wall"])
+            row["methods"][method] = {
+                "wall_s": tm["wall"], "cpu_s": tm["cpu"], "median_wall_s": wall,
+                "median_cpu_s": statistics.median(tm["cpu"]), "per_input_s": wall / B,
+                "peak_MiB": max(tm["peak_MiB"]), "iterations": res["iterations"],
+                "mean_iterations": sum(res["iterations"]) / B, "converged": sum(res["converged"]),
+                "values": res["values"], "max_rel_error": max(errors),
+                "median_rel_error": statistics.median(errors),
+                "flops_per_product": flops["product"], "flops_linearize": flops["linearize"],
+                "achieved_flops": total_flops / wall,
+            }
+        row["lipnb_chunk"] = _chunk_size(fast, X, 72)          # inputs per chunk from the memory estimate
+        row["cost_model"] = fast.flops(n)
+        paper_wall = row["methods"]["paper"]["median_wall_s"] if "paper" in methods else None
+        row["speedup"] = {m: paper_wall / v["median_wall_s"] for m, v in row["methods"].items()
+                          if paper_wall is not None and m != "paper"}
+        rows.append(row)
+        for method, v in row["methods"].items():
+            log(f"  {method:15} {v['median_wall_s']:8.2f} s ({v['per_input_s'] * 1e3:8.1f} ms/input, "
+                f"cpu {v['median_cpu_s']:7.2f} s)  steps {v['mean_iterations']:5.1f} (max "
+                f"{max(v['iterations']):3d})  conv {v['converged']}/{B}  max err {v['max_rel_error']:.1e}  "
+                f"peak {v['peak_MiB']:7.1f} MiB  {v['achieved_flops'] / 1e9:6.1f} GFLOP/s"
+                + (f"  speedup {row['speedup'][method]:5.1f}x" if method in row["speedup"] else ""))
+    return rows
+
+
+# --------------------------------------------------------------------------- reading the results
+
+
+METHOD_LABELS = {"paper": "paper (App. E.1)", "lipnb": "lipnb", "lipnb-autograd": "lipnb, autograd products",
+                 "lipnb-f64": "lipnb, float64 products"}
+
+
+def load(path: Path) -> dict | None:
+    """A recorded benchmark, or ``None`` when the file does not exist."""
+    return json.loads(Path(path).read_text()) if Path(path).exists() else None
+
+
+def provenance(record: dict) -> str:
+    """One line: when, where and with what the benchmark ran."""
+    versions = record["versions"]
+    return (f"{record['date'][:10]}, {record['device_name']} ({record['device']}, {record['threads']} threads, "
+            f"load average {record['load_average']['start'][0]}), torch {versions['torch']}, lipnb "
+            f"{versions['lipnb']} (git {versions['git']}), matrix-product peak "
+            f"{record['peak_flops'] / 1e9:.0f} GFLOP/s")
+
+
+def markdown_table(record: dict) -> str:
+    """The benchmark as a Markdown table, one line per (model, n, method)."""
+    lines = ["| model | n | inputs | method | ms / estimate | speedup | JᵀJ products / estimate | "
+             "MFLOP / product | GFLOP/s (% of peak) | peak MiB | max rel. error | converged |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for row in record["runs"]:
+        for method, v in row["methods"].items():
+            speedup = row["speedup"].get(method)
+            lines.append(
+                f"| {row['model']} L{row['layer']} | {row['n']} | {row['batch']} | {METHOD_LABELS[method]} | "
+                f"{v['per_input_s'] * 1e3:.1f} | {'' if speedup is None else f'{speedup:.1f}x'} | "
+                f"{v['mean_iterations']:.1f} | {v['flops_per_product'] / 1e6:.0f} | "
+                f"{v['achieved_flops'] / 1e9:.1f} ({100 * v['fraction_of_peak']:.0f}%) | {v['peak_MiB']:.0f} | "
+                f"{v['max_rel_error']:.1e} | {v['converged']}/{row['batch']} |")
+    return "\n".join(lines)
+
+
+def decomposition(row: dict, method: str = "lipnb") -> dict[str, float]:
+    """The speedup of ``method`` over the paper's loop as (FLOPs per estimate ratio) x (FLOP rate ratio)."""
+    paper, ours = row["methods"]["paper"], row["methods"][method]
+    flops_paper = paper["flops_per_product"] * paper["mean_iterations"]
+    flops_ours = ours["flops_per_product"] * ours["mean_iterations"] + ours["flops_linearize"]
+    return {"speedup": row["speedup"][method], "flops_per_step": paper["flops_per_product"] / ours["flops_per_product"],
+            "steps": paper["mean_iterations"] / ours["mean_iterations"], "flops": flops_paper / flops_ours,
+            "rate": ours["achieved_flops"] / paper["achieved_flops"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="n = 16, 32, batch 3, 2 repeats (< 2 min on CPU)")
+    parser.add_argument("--n", type=int, nargs="+", help="sequence lengths (default 32 128 512)")
+    parser.add_argument("--batch", type=int, help="inputs per length (default 32)")
+    parser.add_argument("--batch-large", type=int, default=None,
+                        help="inputs per length for n > 256 (default 8 on CPU, --batch on CUDA)")
+    parser.add_argument("--repeats", type=int, help="timed repeats per method, interleaved (default 3)")
+    parser.add_argument("--device", default=None, help="cpu or cuda (default: lipnb.profiles.default_device())")
+    parser.add_argument("--models", nargs="+", default=None,
+                        help="model:layer specs (default minilm:2; on CUDA also gpt2-random:6 at n = 512)")
+    parser.add_argument("--kind", default="self", choices=["self", "mha"], help="attention_map kind")
+    parser.add_argument("--methods", nargs="+", default=None,
+                        choices=["paper", "lipnb", "lipnb-autograd", "lipnb-f64"])
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON output path")
+    args = parser.parse_args(argv)
+
+    device = torch.device(args.device) if args.device else profiles.default_device()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    os.environ.setdefault("LIPNB_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+    quick = args.quick
+    lengths = args.n or ([16, 32] if quick else [32, 128, 512])
+    batch = args.batch or (3 if quick else 32)
+    batch_large = args.batch_large or (8 if device.type == "cpu" else batch)
+    repeats = args.repeats or (2 if quick else 3)
+    methods = args.methods or (["paper", "lipnb"] if quick else ["paper", "lipnb", "lipnb-autograd", "lipnb-f64"])
+    specs = args.models or (["minilm:2"] if device.type == "cpu" or quick else ["minilm:2", "gpt2-random:6"])
+    out = args.out or RESULTS / f"lipschitz-{device.type}{'-quick' if quick else ''}.json"
+    torch.manual_seed(0)
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    started = dt.datetime.now(dt.timezone.utc)
+    load_start = load_average()
+    peak = peak_flops(device)
+    log(f"device {device} ({device_name(device)}), {torch.get_num_threads()} threads, load {load_start}, "
+        f"matmul peak {peak / 1e9:.1f} GFLOP/s")
+    rows = []
+    for spec in specs:
+        spec_lengths = lengths if not spec.startswith("gpt2") or args.n else [512]
+        rows += bench_model(spec, spec_lengths, lambda n: batch if n <= 256 else min(batch, batch_large),
+                            methods, repeats, device, args.kind, log)
+    peak = max(peak, peak_flops(device))
+    for row in rows:
+        for v in row["methods"].values():
+            v["fraction_of_peak"] = v["achieved_flops"] / peak
+    record = {
+        "schema": 1,
+        "benchmark": "local Lipschitz constants: paper's per-input power iteration vs lipnb.local_lipschitz",
+        "date": started.isoformat(timespec="seconds"),
+        "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
+        "quick": quick,
+        "device": device.type,
+        "device_name": device_name(device),
+        "threads": torch.get_num_threads(),
+        "load_average": {"start": load_start, "end": load_average()},
+        "peak_flops": peak,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
+                     "git": git_commit()},
+        "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "paper_method": {"tol": PAPER_TOL, "max_iter": PAPER_MAX_ITER, "dtype": "float32",
+                         "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},
+        "lipnb_defaults": {"method": "lanczos", "tol": 1e-6, "max_iter": 200},
+        "runs": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=1))
+    tmp.replace(out)
+    log(f"\nwrote {out}  (peak {peak / 1e9:.1f} GFLOP/s, {record['duration_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
