@@ -33,6 +33,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
+from transformers.utils import logging as hf_logging
 
 from .attention import MultiHead, check_tokens, multihead_attention
 from .data import reachable, user_cache_dir
@@ -138,6 +139,8 @@ def load(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``(model, tokenizer)`` for one of ``MODEL_NAMES``: eager attention, eval mode, frozen parameters."""
     if name not in _LOADERS:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+    # The weight-loading progress bar goes to stderr only on some runs: keep executed notebooks reproducible.
+    hf_logging.disable_progress_bar()
     model, tokenizer = _LOADERS[name]()
     model.eval().requires_grad_(False)
     return model, tokenizer
