@@ -14,7 +14,15 @@ import importlib
 from types import ModuleType
 
 from . import adversarial, bounds
-from .attention import MultiHead, attention_matrix, lemma_c2_jvp, multihead_attention, self_attention
+from .attention import (
+    MultiHead,
+    MultiHeadMap,
+    attention_matrix,
+    lemma_c2_jvp,
+    mask_future,
+    multihead_attention,
+    self_attention,
+)
 from .lipschitz import (
     LipschitzResult,
     NotConvergedWarning,
@@ -27,6 +35,7 @@ from .lipschitz import (
 __all__ = [
     "LipschitzResult",
     "MultiHead",
+    "MultiHeadMap",
     "NotConvergedWarning",
     "__version__",
     "adversarial",
@@ -36,6 +45,7 @@ __all__ = [
     "jacobian_matrix",
     "lemma_c2_jvp",
     "local_lipschitz",
+    "mask_future",
     "multihead_attention",
     "self_attention",
     "weighted_operator_norm",

@@ -20,6 +20,7 @@ __all__ = [
     "check_tokens",
     "concat_heads",
     "lemma_c2_jvp",
+    "mask_future",
     "multihead_attention",
     "self_attention",
 ]
@@ -104,11 +105,13 @@ def attention_matrix(
     log_w = _log_weights(weights, X)
     if log_w is not None:
         scores = scores + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
-    if masked:
-        n = X.shape[1]
-        future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
-        scores = scores.masked_fill(future, -math.inf)
-    return torch.softmax(scores, dim=-1)
+    return torch.softmax(mask_future(scores) if masked else scores, dim=-1)
+
+
+def mask_future(scores: Tensor) -> Tensor:
+    """Def 2.5: the scores ``(..., n, n)`` with every entry ``j > i`` (a later token) set to ``-inf``."""
+    n = scores.shape[-1]
+    return scores.masked_fill(torch.ones(n, n, dtype=torch.bool, device=scores.device).triu(1), -math.inf)
 
 
 def self_attention(
@@ -399,10 +402,7 @@ class AttentionLinearization:
         if F.v_bias is not None:
             Vx = Vx + F.v_bias.unsqueeze(1)
         scores = Qx @ Kx.mT
-        if masked:
-            future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
-            scores = scores.masked_fill(future, -math.inf)
-        P = torch.softmax(scores, dim=-1)
+        P = torch.softmax(mask_future(scores) if masked else scores, dim=-1)
         Oh = P @ Vx
         lin = cls(F, P, Qx.contiguous(), Kx.contiguous(), Vx.contiguous(), Oh, X.new_empty(0))
         out = lin._combine(Oh)
@@ -454,6 +454,12 @@ class AttentionLinearization:
         """The linearization at the inputs ``index`` of the batch only."""
         return AttentionLinearization(self.factors, self.P[index], self.Qx[index], self.Kx[index],
                                       self.Vx[index], self.Oh[index], self.output[index])
+
+    def to(self, dtype: torch.dtype) -> AttentionLinearization:
+        """The same linearization with its stored tensors (and so its products) in ``dtype``."""
+        tensors = (self.P, self.Qx, self.Kx, self.Vx, self.Oh, self.output)
+        return AttentionLinearization(self.factors.to(self.P.new_empty(0, dtype=dtype)),
+                                      *(t.to(dtype) for t in tensors))
 
 
 @dataclass(frozen=True, eq=False)

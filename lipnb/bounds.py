@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from .adversarial import real_eigenpairs
-from .attention import MultiHead, attention_matrix, check_tokens
+from .attention import MultiHead, attention_matrix, check_tokens, mask_future
 
 __all__ = [
     "argmax_counts",
@@ -195,11 +195,7 @@ def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7: ``#{i : m_i = j}`` for ``m_i = argmax_j <A x_i, x_j>`` (``j <= i`` if masked), ``(B, n)``."""
     check_tokens(X)
     scores = (X @ A.mT) @ X.mT
-    if masked:
-        n = X.shape[1]
-        future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
-        scores = scores.masked_fill(future, -math.inf)
-    m = scores.argmax(-1)
+    m = (mask_future(scores) if masked else scores).argmax(-1)
     return torch.zeros_like(m).scatter_add_(1, m, torch.ones_like(m))
 
 

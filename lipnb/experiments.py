@@ -20,7 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import bounds
-from .attention import MultiHead, MultiHeadMap
+from .attention import MultiHead, MultiHeadMap, mask_future
 from .lipschitz import local_lipschitz
 
 __all__ = ["cache_dir", "cached", "progress"]
@@ -165,11 +165,7 @@ def forward_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], X: torch.Tensor
 
 def _masked_scores(X: torch.Tensor, A: torch.Tensor, masked: bool) -> torch.Tensor:
     scores = (X @ A.mT) @ X.mT
-    if masked:
-        n = X.shape[1]
-        future = torch.ones(n, n, dtype=torch.bool, device=X.device).triu(1)
-        scores = scores.masked_fill(future, -math.inf)
-    return scores
+    return mask_future(scores) if masked else scores
 
 
 def score_gaps(X: torch.Tensor, A: torch.Tensor, *, masked: bool = False) -> torch.Tensor:

@@ -48,7 +48,8 @@ class LipschitzResult:
     counts applications of ``JᵀJ`` (one JVP and one VJP each); ``residual`` is
     ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``;
     ``right_vector`` (``(B, n, d)``) is the unit input direction of fastest change and
-    ``left_vector`` (``(B, n, d_out)``) the unit output direction it is sent to.
+    ``left_vector`` (``(B, n, d_out)``) the unit output direction it is sent to;
+    ``presolve_iterations`` counts the products of the low-precision first run (zero without one).
     """
 
     value: Tensor
@@ -58,6 +59,7 @@ class LipschitzResult:
     right_vector: Tensor
     left_vector: Tensor
     method: str
+    presolve_iterations: Tensor
 
 
 @dataclass(frozen=True)
@@ -134,11 +136,17 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 def _batched_dot(a: Tensor, b: Tensor) -> Tensor:
-    return (a * b).flatten(1).sum(1)
+    return torch.linalg.vecdot(a.flatten(1), b.flatten(1))
+
+
+def _norms(v: Tensor) -> Tensor:
+    """Euclidean norm of each row of ``v``, summed in cascade like ``sum``: torch's float32 ``vector_norm``
+    on CPU accumulates sequentially and is off by ~1e-5 at ``n d ~ 2e5`` (pytorch/pytorch#169237)."""
+    return _batched_dot(v, v).sqrt()
 
 
 def _normalize(v: Tensor) -> Tensor:
-    norm = v.flatten(1).norm(dim=1).clamp_min(torch.finfo(v.dtype).tiny)
+    norm = _norms(v).clamp_min(torch.finfo(v.dtype).tiny)
     return v / norm.view(-1, *([1] * (v.dim() - 1)))
 
 
@@ -152,19 +160,19 @@ class _Normal:
 
     def __init__(self, lin: Linearization) -> None:
         self.lin = lin
+        self.dtype = lin.output.dtype
         self.rows = torch.arange(len(lin.output), device=lin.output.device)
         self.size = len(self.rows)
         select = getattr(lin, "select", None)
         self.ratio = 0.0 if select is None else 0.5 if isinstance(lin, Linearization) else 1.0
-        self.products = 0
 
     def __call__(self, u: Tensor) -> Tensor:
-        self.products += 1
+        """``JᵀJ u`` in the linearization's dtype, returned in ``u``'s."""
         if len(self.rows) == self.size:
-            return self.lin.vjp(self.lin.jvp(u))
-        full = u.new_zeros(self.size, *u.shape[1:])
-        full[self.rows] = u
-        return self.lin.vjp(self.lin.jvp(full))[self.rows]
+            return self.lin.vjp(self.lin.jvp(u.to(self.dtype))).to(u.dtype)
+        full = u.new_zeros(self.size, *u.shape[1:], dtype=self.dtype)
+        full[self.rows] = u.to(self.dtype)
+        return self.lin.vjp(self.lin.jvp(full))[self.rows].to(u.dtype)
 
     def keep(self, rows: Tensor) -> None:
         """Keep the active rows ``rows`` (a mask, or positions in the new order)."""
@@ -212,7 +220,7 @@ def _power(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
     for it in range(1, max_iter + 1):
         Mu = normal(u)
         th = _batched_dot(u, Mu).double()
-        res = (Mu - th.to(u.dtype).view(-1, 1, 1) * u).flatten(1).norm(dim=1).double() / th.clamp_min(_TINY)
+        res = _norms(Mu - th.to(u.dtype).view(-1, 1, 1) * u).double() / th.clamp_min(_TINY)
         converged = (res <= tol) | (th <= 0)
         stop = converged | (it == max_iter)
         if bool(stop.any()):
@@ -262,18 +270,18 @@ def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
             basis = grown
         basis[:, k] = q
         w = normal(q.view(-1, *shape)).flatten(1)
-        a = (q * w).sum(1)
-        w = w - a.unsqueeze(1) * q
+        a = _batched_dot(q, w)
+        w.addcmul_(a.unsqueeze(1), q, value=-1)
         if k > 0:
-            w = w - beta[:, k - 1].to(w.dtype).unsqueeze(1) * basis[:, k - 1]
+            w.addcmul_(beta[:, k - 1].to(w.dtype).unsqueeze(1), basis[:, k - 1], value=-1)
         V = basis[:, : k + 1]
         # The three-term recurrence above removed the large components; one classical Gram-Schmidt
         # pass against the whole basis removes the rounding errors, a second one runs only where the
         # first removed most of w (the "twice is enough" test of Daniel, Gragg, Kaufman and Stewart).
-        before = w.norm(dim=1)
+        before = _norms(w)
         for _ in range(2):
             w = torch.baddbmm(w.unsqueeze(1), torch.bmm(w.unsqueeze(1), V.mT), V, alpha=-1).squeeze(1)
-            b = w.norm(dim=1)
+            b = _norms(w)
             if not bool((b < 0.7071 * before).any()):
                 break
             before = b
@@ -303,6 +311,37 @@ def _lanczos(normal: _Normal, u: Tensor, tol: float, max_iter: int) -> _Outcome:
             normal.keep(perm)
         q = w / b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1)
     return out
+
+
+PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+
+
+def _native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 matrices in hardware (else they are emulated, often slower)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_capability(device) >= (8, 0)
+    if device.type != "cpu":
+        return False
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
+    """The dtype of the first, low-precision run (see :func:`local_lipschitz`), or ``None``."""
+    if presolve is None:
+        return None
+    dtype = lin.output.dtype
+    if presolve == "auto":
+        native = dtype == torch.float32 and method == "lanczos" and hasattr(lin, "to")
+        return torch.bfloat16 if native and _native_bfloat16(lin.output.device) else None
+    if not hasattr(lin, "to"):
+        raise ValueError("presolve needs a closed-form linearization with .to(dtype) (e.g. lipnb.attention."
+                         "MultiHeadMap); pass presolve=None for this map")
+    return presolve
 
 
 def _is_oom(error: BaseException) -> bool:
@@ -363,6 +402,7 @@ def local_lipschitz(
     tol: float = 1e-6,
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
+    presolve: torch.dtype | Literal["auto"] | None = "auto",
     seed: int = 0,
     detailed: bool = False,
 ) -> Tensor | LipschitzResult:
@@ -376,12 +416,23 @@ def local_lipschitz(
     products; batches too large for the device's memory run in chunks. Returns the values ``(B,)``, or
     a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
     :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+
+    ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
+    vectors (vectors in full precision, products in ``presolve``; until its relative residual is below
+    ``1e-3``, at most 50 products); the run in full precision then starts from them, and its own test
+    alone decides ``value``, ``converged`` and ``residual``. It needs a linearization with
+    ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos in float32
+    on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
+    or AMX), and no presolve otherwise.
     """
     check_tokens(X)
     if method not in ("lanczos", "power"):
         raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
     if not tol > 0 or max_iter < 1:
         raise ValueError(f"need tol > 0 and max_iter >= 1; got tol={tol}, max_iter={max_iter}")
+    if not (presolve is None or presolve == "auto"
+            or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
+        raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
     if dtype is not None:
         X = X.to(dtype)
     X = X.detach()
@@ -390,16 +441,22 @@ def local_lipschitz(
     solver = _lanczos if method == "lanczos" else _power
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
     chunk = _chunk_size(fn, X, vectors)
-    parts: list[tuple[_Outcome, Tensor | None]] = []
+    parts: list[tuple[_Outcome, Tensor | None, Tensor]] = []
     start = 0
     while start < len(X):
         stop = min(start + chunk, len(X))
         try:
             lin = linearize(fn, X[start:stop])
+            u, low = u0[start:stop], _presolve_dtype(presolve, lin, method)
+            if low is not None:
+                first = solver(_Normal(lin.to(low)), u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
+                u, presolved = first.vector, first.iterations
+            else:
+                presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
             normal = _Normal(lin)
             if not detailed:
                 del lin
-            outcome = solver(normal, u0[start:stop], tol, max_iter)
+            outcome = solver(normal, u, tol, max_iter)
             left = _normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as error:
             if not _is_oom(error) or chunk == 1:
@@ -411,10 +468,10 @@ def local_lipschitz(
             continue
         del normal
         lin = None
-        parts.append((outcome, left))
+        parts.append((outcome, left, presolved))
         start = stop
-    theta = torch.cat([p.theta for p, _ in parts])
-    converged = torch.cat([p.converged for p, _ in parts])
+    theta = torch.cat([p.theta for p, _, _ in parts])
+    converged = torch.cat([p.converged for p, _, _ in parts])
     value = theta.clamp_min(0).sqrt().to(X.dtype)
     if not detailed:
         if not bool(converged.all()):
@@ -423,10 +480,11 @@ def local_lipschitz(
                           f"iterations (tol={tol}); pass detailed=True to inspect them",
                           NotConvergedWarning, stacklevel=2)
         return value
-    return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _ in parts]),
-                           converged=converged, residual=torch.cat([p.residual for p, _ in parts]),
-                           right_vector=torch.cat([p.vector for p, _ in parts]),
-                           left_vector=torch.cat([v for _, v in parts]), method=method)
+    return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _, _ in parts]),
+                           converged=converged, residual=torch.cat([p.residual for p, _, _ in parts]),
+                           right_vector=torch.cat([p.vector for p, _, _ in parts]),
+                           left_vector=torch.cat([v for _, v, _ in parts]), method=method,
+                           presolve_iterations=torch.cat([c for _, _, c in parts]))
 
 
 def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
