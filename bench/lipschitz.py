@@ -289,12 +289,12 @@ def device_name(device: torch.device) -> str:
 
 
 def git_commit() -> str:
-    """The commit of the code measured, ``+dirty`` when lipnb/ or bench/ differ from it."""
+    """The commit of the code measured, ``+dirty`` when lipnb/ or bench/*.py differ from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
     try:
-        dirty = git("status", "--porcelain", "-uno", "--", "lipnb", "bench")
+        dirty = git("status", "--porcelain", "-uno", "--", "lipnb", "bench/*.py")
         return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
