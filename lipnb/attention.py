@@ -451,9 +451,12 @@ class AttentionLinearization:
         return grads @ self.factors.proj
 
     def select(self, index: Tensor) -> AttentionLinearization:
-        """The linearization at the inputs ``index`` of the batch only."""
-        return AttentionLinearization(self.factors, self.P[index], self.Qx[index], self.Kx[index],
-                                      self.Vx[index], self.Oh[index], self.output[index])
+        """The linearization at the inputs ``index`` of the batch only (reusing the scores buffer)."""
+        lin = AttentionLinearization(self.factors, self.P[index], self.Qx[index], self.Kx[index],
+                                     self.Vx[index], self.Oh[index], self.output[index])
+        if self._work is not None and len(lin.P) <= len(self._work):
+            lin._work = self._work[: len(lin.P)]
+        return lin
 
     def to(self, dtype: torch.dtype) -> AttentionLinearization:
         """The same linearization with its stored tensors (and so its products) in ``dtype``."""

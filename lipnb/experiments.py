@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from . import bounds
 from .attention import MultiHead, MultiHeadMap, mask_future
-from .lipschitz import local_lipschitz
+from .lipschitz import jacobian_matrix, local_lipschitz, weighted_operator_norm
 
 __all__ = ["cache_dir", "cached", "progress"]
 
@@ -150,19 +150,6 @@ def bias_perturbation_effect(model: torch.nn.Module, layer: int, X: torch.Tensor
 # ------------------------------------------------ large radius and mean field (Theorem 3.7, App. C.3-C.7)
 
 
-def forward_jacobian(fn: Callable[[torch.Tensor], torch.Tensor], X: torch.Tensor) -> torch.Tensor:
-    """Lemma 3.1 ground truth: dense Jacobians ``(B, n'd', nd)`` of a batch from one batched forward-mode product.
-
-    ``fn`` must act on each sequence of its batch separately (every attention map does); all ``nd``
-    basis directions of all ``B`` inputs go through ``fn`` as one batch of ``B n d`` sequences.
-    """
-    B, n, d = X.shape
-    N = n * d
-    basis = torch.eye(N, dtype=X.dtype, device=X.device).view(1, N, n, d).expand(B, N, n, d).reshape(B * N, n, d)
-    _, columns = torch.func.jvp(fn, (X.detach().repeat_interleave(N, dim=0),), (basis,))
-    return columns.reshape(B, N, -1).mT
-
-
 def _masked_scores(X: torch.Tensor, A: torch.Tensor, masked: bool) -> torch.Tensor:
     scores = (X @ A.mT) @ X.mT
     return mask_future(scores) if masked else scores
@@ -201,7 +188,7 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
 
     X, A, V = X.double(), A.double(), V.double()
     R = torch.as_tensor(radii, dtype=torch.float64).reshape(-1, 1, 1)
-    J = forward_jacobian(lambda Z: self_attention(Z, A, V, masked=masked), R * X)
+    J = jacobian_matrix(lambda Z: self_attention(Z, A, V, masked=masked), R * X)
     S = selection_jacobian(X, A, V, masked=masked)
     return torch.linalg.matrix_norm(J - S, ord=2), torch.linalg.matrix_norm(J, ord=2)
 
@@ -259,7 +246,7 @@ def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int
         A = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
         V = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
         X = quadratic_growth_input(radii, n, d, seed=seed * 100_003 + r)
-        J = forward_jacobian(lambda Z, A=A, V=V: self_attention(Z, A, V), X)
+        J = jacobian_matrix(lambda Z, A=A, V=V: self_attention(Z, A, V), X)
         constants.append(torch.linalg.matrix_norm(J, ord=2))
     constants = torch.stack(constants)
     slopes = torch.tensor([fit_line(radii.log(), c.log()).slope for c in constants], dtype=torch.float64)
@@ -304,19 +291,13 @@ def weighted_attention_lipschitz(Y: torch.Tensor, A: torch.Tensor, V: torch.Tens
                                  weights: torch.Tensor) -> torch.Tensor:
     """Lemma C.5: ``||W^{1/2} D_Y f_w W^{-1/2}||_2`` with each sequence's own weights ``(B, K)``, float64, ``(B,)``.
 
-    Same number as :func:`lipnb.weighted_operator_norm` with Def C.4's map, but batched over weight vectors.
+    :func:`lipnb.weighted_operator_norm` with Def C.4's map at weights ``(K,)`` or ``(B, K)``.
     """
     from .attention import self_attention
 
     Y, A, V = Y.double(), A.double(), V.double()
-    B, K, d = Y.shape
-    w = torch.as_tensor(weights, dtype=torch.float64).expand(B, K)
-    w = w / w.sum(1, keepdim=True)
-    w_rep = w.repeat_interleave(K * d, dim=0)
-    J = forward_jacobian(lambda Z: self_attention(Z, A, V, weights=w_rep), Y)
-    root_out = w.sqrt().repeat_interleave(V.shape[0], dim=1)
-    root_in = w.sqrt().repeat_interleave(d, dim=1)
-    return torch.linalg.matrix_norm(root_out.unsqueeze(2) * J / root_in.unsqueeze(1), ord=2)
+    w = torch.as_tensor(weights, dtype=torch.float64).expand(Y.shape[:2])
+    return weighted_operator_norm(lambda Z: self_attention(Z, A, V, weights=w), Y, w)
 
 
 def synchronous_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], Y: torch.Tensor,
@@ -329,7 +310,7 @@ def synchronous_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], Y: torch.T
     counts = torch.as_tensor(counts, dtype=torch.long)
     X = repeat_tokens(Y, counts).double()
     d = Y.shape[-1]
-    J = forward_jacobian(fn, X)
+    J = jacobian_matrix(fn, X)
     K = len(counts)
     R = torch.eye(K, dtype=torch.float64).repeat_interleave(counts, dim=0) / counts.double().sqrt().unsqueeze(0)
     basis = torch.kron(R, torch.eye(d, dtype=torch.float64))

@@ -48,27 +48,3 @@ def pytest_configure(config: pytest.Config) -> None:
 def gen() -> torch.Generator:
     """A freshly seeded CPU generator, so every test draws the same random problem each run."""
     return torch.Generator().manual_seed(1234)
-
-
-def forward_mode_lipschitz(fn: Map, X: Tensor) -> Tensor:
-    """Exact ``||D_{X_b} fn||_2`` per batch element, float64: the dense Jacobian from one batched
-    forward-mode JVP (a batch of the ``n d`` basis directions), then its largest singular value.
-
-    Same quantity as :func:`lipnb.lipschitz.exact_local_lipschitz` (reverse mode, one backward pass
-    per output coordinate), several times faster on the small shapes of the tests; ``fn`` must act on
-    each batch element separately. ``test_lipschitz.py`` checks the two agree.
-    """
-    X = X.detach().double()
-    N = X[0].numel()
-    basis = torch.eye(N, dtype=X.dtype, device=X.device).view(N, *X.shape[1:])
-    norms = []
-    for x in X:
-        _, columns = torch.func.jvp(fn, (x.expand(N, *x.shape).clone(),), (basis,))
-        norms.append(torch.linalg.matrix_norm(columns.reshape(N, -1).mT, ord=2))
-    return torch.stack(norms)
-
-
-@pytest.fixture(scope="session")
-def exact_lip() -> Callable[[Map, Tensor], Tensor]:
-    """:func:`forward_mode_lipschitz`: the exact local Lipschitz constant of each batch element."""
-    return forward_mode_lipschitz

@@ -20,11 +20,10 @@ from torch import Tensor
 from lipnb import adversarial as adv
 from lipnb import bounds
 from lipnb.attention import attention_matrix, self_attention
-from lipnb.lipschitz import weighted_operator_norm
+from lipnb.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
 F64 = torch.float64
 Map = Callable[[Tensor], Tensor]
-ExactLip = Callable[[Map, Tensor], Tensor]
 ROTATION = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=F64)
 
 
@@ -166,7 +165,7 @@ def test_proposition_3_6_measure(A: Tensor, case: str, last_ratio: float) -> Non
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("n", [2, 4, 6])
 @pytest.mark.parametrize("masked", [False, True])
-def test_theorem_3_7_limit_at_argmax_configuration(exact_lip: ExactLip, seed: int, n: int, masked: bool) -> None:
+def test_theorem_3_7_limit_at_argmax_configuration(seed: int, n: int, masked: bool) -> None:
     """Theorem 3.7 (4.5 masked): at ``argmax_configuration`` the first token is every argmax and
     ``Lip_{X} f -> ||V|| √n`` as ``R`` grows: the gap shrinks and is below 1e-6 (relative) at ``R = 32``."""
     gen = torch.Generator().manual_seed(seed)
@@ -179,7 +178,7 @@ def test_theorem_3_7_limit_at_argmax_configuration(exact_lip: ExactLip, seed: in
     assert counts[:, 0].tolist() == [n] * len(R)
     limit = bounds.theorem_3_7_limit(X, A, V, masked=masked)
     torch.testing.assert_close(limit, torch.linalg.matrix_norm(V, ord=2) * n**0.5 * torch.ones(len(R), dtype=F64))
-    gap = relative_gap(exact_lip(lambda Z: self_attention(Z, A, V, masked=masked), X), limit)
+    gap = relative_gap(exact_local_lipschitz(lambda Z: self_attention(Z, A, V, masked=masked), X), limit)
     assert gap[0] > 1e-3
     assert all(b <= a for a, b in itertools.pairwise(gap))
     assert gap[-1] < 1e-6
@@ -196,7 +195,7 @@ def test_argmax_configuration_is_generic_and_seeded() -> None:
     assert float((top2[..., 0] - top2[..., 1]).min()) > 1e-4
 
 
-def test_theorem_3_7_limit_generic_inputs(exact_lip: ExactLip) -> None:
+def test_theorem_3_7_limit_generic_inputs() -> None:
     """Theorem 3.7 on random inputs: ``Lip_{RX} f -> ||V|| √(max_j #{i : m_i = j})`` (counts not all ``n``)."""
     gen = torch.Generator().manual_seed(8)
     A, V = torch.randn(3, 3, generator=gen, dtype=F64), torch.randn(2, 3, generator=gen, dtype=F64)
@@ -208,12 +207,12 @@ def test_theorem_3_7_limit_generic_inputs(exact_lip: ExactLip) -> None:
     top2 = scores.topk(2, dim=-1).values
     margin = float((top2[..., 0] - top2[..., 1]).min())
     R = (60 / margin) ** 0.5  # every score gap at least 60: e^{-60} is negligible
-    gap = relative_gap(exact_lip(lambda Z: self_attention(Z, A, V), R * X), limit)
+    gap = relative_gap(exact_local_lipschitz(lambda Z: self_attention(Z, A, V), R * X), limit)
     assert max(gap) < 1e-9
 
 
 @pytest.mark.parametrize("n", [3, 5])
-def test_quadratic_growth_on_the_null_set(exact_lip: ExactLip, n: int) -> None:
+def test_quadratic_growth_on_the_null_set(n: int) -> None:
     """App. C.7 / Kim et al.: ``x_1 = 0``, other tokens at radius ``R``: ``Lip_X f`` grows like ``R²``
     (``Lip(2R)/Lip(R) -> 4``), far above Theorem 3.7's generic ``||V|| √n``."""
     gen = torch.Generator().manual_seed(n)
@@ -223,7 +222,7 @@ def test_quadratic_growth_on_the_null_set(exact_lip: ExactLip, n: int) -> None:
     assert X.shape == (len(R), n, 3)
     assert bool((X[:, 0] == 0).all())
     torch.testing.assert_close(X[:, 1:].norm(dim=-1), R.view(-1, 1).expand(-1, n - 1))
-    value = exact_lip(lambda Z: self_attention(Z, A, V), X)
+    value = exact_local_lipschitz(lambda Z: self_attention(Z, A, V), X)
     ratios = (value[1:] / value[:-1]).tolist()
     assert abs(ratios[-1] - 4) < 5e-3
     assert abs(ratios[-1] - 4) < abs(ratios[0] - 4)

@@ -21,6 +21,7 @@ from torch import Tensor
 from lipnb import adversarial as adv
 from lipnb import bounds
 from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.lipschitz import exact_local_lipschitz
 
 F64 = torch.float64
 SLACK = 1e-12  # relative float64 rounding allowed in "bound >= exact" when the bound is attained
@@ -47,7 +48,6 @@ def problems(draw: st.DrawFn, max_n: int = 4, max_d: int = 3, max_radius: float 
 
 
 Map = Callable[[Tensor], Tensor]
-ExactLip = Callable[[Map, Tensor], Tensor]
 
 
 def radius_of(X: Tensor) -> float:
@@ -123,11 +123,11 @@ def test_argmax_counts_and_limit() -> None:
 
 
 @given(problem=problems(), masked=st.booleans())
-def test_theorem_3_3_and_c_3_upper_bounds(exact_lip: ExactLip, problem: tuple[Tensor, Tensor, Tensor],
+def test_theorem_3_3_and_c_3_upper_bounds(problem: tuple[Tensor, Tensor, Tensor],
                                           masked: bool) -> None:
     """Theorems 3.3 / 4.3 (masked) and C.3 at ``X``: ``Lip_X f <= C.3(X) <= 3.3(R = max |x_i|)``."""
     X, A, V = problem
-    exact = float(exact_lip(lambda Z: self_attention(Z, A, V, masked=masked), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: self_attention(Z, A, V, masked=masked), X)[0])
     data = float(bounds.theorem_c_3(X, A, V, masked=masked)[0])
     uniform = float(bounds.theorem_3_3(A, V, radius_of(X), X.shape[1]))
     assert exact <= data * (1 + SLACK)
@@ -135,7 +135,7 @@ def test_theorem_3_3_and_c_3_upper_bounds(exact_lip: ExactLip, problem: tuple[Te
 
 
 @given(problem=problems(), c=matrices(1, 3), masked=st.booleans())
-def test_theorem_c_3_and_e_3_with_score_bias(exact_lip: ExactLip, problem: tuple[Tensor, Tensor, Tensor],
+def test_theorem_c_3_and_e_3_with_score_bias(problem: tuple[Tensor, Tensor, Tensor],
                                              c: Tensor, masked: bool) -> None:
     """Theorems C.3 and E.3 with a score bias (scores ``<A x_i + c, x_j>``): ``Lip_X f <= C.3 <= E.3``."""
     X, A, V = problem
@@ -144,7 +144,7 @@ def test_theorem_c_3_and_e_3_with_score_bias(exact_lip: ExactLip, problem: tuple
     def f(Z: Tensor) -> Tensor:
         return attention_matrix(Z, A, score_bias=c, masked=masked) @ Z @ V.mT
 
-    exact = float(exact_lip(f, X)[0])
+    exact = float(exact_local_lipschitz(f, X)[0])
     data = float(bounds.theorem_c_3(X, A, V, score_bias=c, masked=masked)[0])
     uniform = float(bounds.theorem_e_3(A, V, radius_of(X), X.shape[1], c))
     assert exact <= data * (1 + SLACK)
@@ -153,21 +153,21 @@ def test_theorem_c_3_and_e_3_with_score_bias(exact_lip: ExactLip, problem: tuple
 
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 4), d=st.integers(1, 3), radius=st.floats(0.0, 3.0),
        masked=st.booleans())
-def test_theorem_e_3_biased_single_head(exact_lip: ExactLip, seed: int, n: int, d: int, radius: float,
+def test_theorem_e_3_biased_single_head(seed: int, n: int, d: int, radius: float,
                                         masked: bool) -> None:
     """Theorem E.3: a single head with query, value and output biases, effective value matrix ``W V``."""
     gen = torch.Generator().manual_seed(seed)
     heads = random_heads(gen, 1, d, 2)
     X = torch.randn(1, n, d, generator=gen, dtype=F64)
     X = radius * X / X.norm(dim=-1).max()
-    exact = float(exact_lip(lambda Z: multihead_attention(Z, heads, masked=masked), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: multihead_attention(Z, heads, masked=masked), X)[0])
     bound = bounds.theorem_e_3(heads.A[0], heads.W[0] @ heads.V[0], radius_of(X), n, heads.score_bias[0])
     assert exact <= float(bound) * (1 + SLACK)
 
 
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 4), H=st.integers(1, 3), k=st.integers(1, 2),
        radius=st.floats(0.0, 2.5), masked=st.booleans())
-def test_multihead_bounds(exact_lip: ExactLip, seed: int, n: int, H: int, k: int, radius: float,
+def test_multihead_bounds(seed: int, n: int, H: int, k: int, radius: float,
                           masked: bool) -> None:
     """Lemma 3.8 + Theorems C.3 / E.3 for biased multi-head layers: ``Lip_X <= data bound <= uniform bound``."""
     gen = torch.Generator().manual_seed(seed)
@@ -175,7 +175,7 @@ def test_multihead_bounds(exact_lip: ExactLip, seed: int, n: int, H: int, k: int
     heads = random_heads(gen, H, d, k)
     X = torch.randn(1, n, d, generator=gen, dtype=F64)
     X = radius * X / X.norm(dim=-1).max()
-    exact = float(exact_lip(lambda Z: multihead_attention(Z, heads, masked=masked), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: multihead_attention(Z, heads, masked=masked), X)[0])
     data = float(bounds.multihead_data_bound(X, heads, masked=masked)[0])
     uniform = float(bounds.multihead_bound(heads, radius_of(X), n))
     assert exact <= data * (1 + SLACK)
@@ -183,15 +183,15 @@ def test_multihead_bounds(exact_lip: ExactLip, seed: int, n: int, H: int, k: int
 
 
 @given(problem=problems(max_radius=1.5))
-def test_theorem_3_5_equation_1(exact_lip: ExactLip, problem: tuple[Tensor, Tensor, Tensor]) -> None:
+def test_theorem_3_5_equation_1(problem: tuple[Tensor, Tensor, Tensor]) -> None:
     """Theorem 3.5 / Equation (1): ``Lip_X f <= ||V|| (1 + 3||A|| R²) e^{2||A|| R²}`` for every ``n`` (small R)."""
     X, A, V = problem
-    exact = float(exact_lip(lambda Z: self_attention(Z, A, V), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: self_attention(Z, A, V), X)[0])
     assert exact <= float(bounds.theorem_3_5(A, V, radius_of(X))) * (1 + SLACK)
 
 
 @pytest.mark.parametrize("n", [2, 5, 50])
-def test_equation_1_does_not_cover_masked_attention(exact_lip: ExactLip, n: int) -> None:
+def test_equation_1_does_not_cover_masked_attention(n: int) -> None:
     """Equation (1) is for unmasked attention only: at ``X = 0`` (``R = 0``) masked attention has
     ``P = C_n``, the Cesàro averaging matrix, so ``Lip_0 f^m = ||V|| ||C_n||₂ > ||V||`` = Theorem 3.5's value
     (``||C_n||₂`` = 1.144 for n = 2, increasing to 2 by Hardy's inequality). Theorem 4.3 (the Theorem 3.3
@@ -201,27 +201,27 @@ def test_equation_1_does_not_cover_masked_attention(exact_lip: ExactLip, n: int)
     X = torch.zeros(1, n, d, dtype=F64)
     C = torch.tril(torch.ones(n, n, dtype=F64))
     C = C / C.sum(1, keepdim=True)
-    exact = exact_lip(lambda Z: self_attention(Z, A, V, masked=True), X)
+    exact = exact_local_lipschitz(lambda Z: self_attention(Z, A, V, masked=True), X)
     torch.testing.assert_close(exact[0], torch.linalg.matrix_norm(C, ord=2))
     assert float(exact[0]) > 1.1 * float(bounds.theorem_3_5(A, V, 0.0))
     assert float(exact[0]) <= float(bounds.theorem_3_3(A, V, 0.0, n))
-    unmasked = exact_lip(lambda Z: self_attention(Z, A, V), X)
+    unmasked = exact_local_lipschitz(lambda Z: self_attention(Z, A, V), X)
     torch.testing.assert_close(unmasked[0], bounds.theorem_3_5(A, V, 0.0))
 
 
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 4), H=st.integers(1, 3), radius=st.floats(0.0, 3.0))
-def test_lemma_3_8_with_exact_head_constants(exact_lip: ExactLip, seed: int, n: int, H: int, radius: float) -> None:
+def test_lemma_3_8_with_exact_head_constants(seed: int, n: int, H: int, radius: float) -> None:
     """Lemma 3.8 at ``X``: ``Lip_X f^MH <= Σ_h ||W_h||₂ Lip_X f_h`` with exact per-head constants."""
     gen = torch.Generator().manual_seed(seed)
     heads = random_heads(gen, H, 3, 2)
     X = torch.randn(1, n, 3, generator=gen, dtype=F64)
     X = radius * X / X.norm(dim=-1).max()
-    exact = float(exact_lip(lambda Z: multihead_attention(Z, heads), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: multihead_attention(Z, heads), X)[0])
     per_head = []
     for h in range(H):
         head = MultiHead(A=heads.A[h:h + 1], V=heads.V[h:h + 1], W=torch.eye(2, dtype=F64)[None],
                          score_bias=heads.score_bias[h:h + 1], value_bias=heads.value_bias[h:h + 1])
-        per_head.append(float(exact_lip(lambda Z, head=head: multihead_attention(Z, head), X)[0]))
+        per_head.append(float(exact_local_lipschitz(lambda Z, head=head: multihead_attention(Z, head), X)[0]))
     assert exact <= float(bounds.lemma_3_8(heads.W, torch.tensor(per_head, dtype=F64))) * (1 + SLACK)
 
 
@@ -245,7 +245,7 @@ def matrix_with_spectrum(values: list[float], seed: int = 0) -> Tensor:
 
 @pytest.mark.parametrize("spectrum", list(SPECTRA), ids=list(SPECTRA))
 @pytest.mark.parametrize("n", [2, 3, 6])
-def test_lower_bounds_at_lemma_c_7_inputs(exact_lip: ExactLip, spectrum: str, n: int) -> None:
+def test_lower_bounds_at_lemma_c_7_inputs(spectrum: str, n: int) -> None:
     """Lemma C.7 (both cases) and Proposition 3.4 (auto rule), ``V = I``: ``Lip_X f >= √(n-1) p``."""
     A = matrix_with_spectrum(SPECTRA[spectrum])
     d = A.shape[0]
@@ -257,7 +257,7 @@ def test_lower_bounds_at_lemma_c_7_inputs(exact_lip: ExactLip, spectrum: str, n:
         if (case == "positive" and lam <= 0) or (case == "negative" and lam >= 0):
             continue
         X = adv.lemma_c_7_input(A, R, n, case=case)
-        exact = exact_lip(lambda Z: self_attention(Z, A, identity), X)
+        exact = exact_local_lipschitz(lambda Z: self_attention(Z, A, identity), X)
         if case == "auto":
             lower = bounds.proposition_3_4(A, R, n)
         else:
@@ -269,7 +269,7 @@ def test_lower_bounds_at_lemma_c_7_inputs(exact_lip: ExactLip, spectrum: str, n:
 
 @given(A=st.integers(1, 3).flatmap(lambda d: matrices(d, d, 3.0)), n=st.integers(2, 5),
        R=st.floats(0.05, 4.0), case=st.sampled_from(["positive", "negative", "auto"]))
-def test_lower_bound_property(exact_lip: ExactLip, A: Tensor, n: int, R: float, case: str) -> None:
+def test_lower_bound_property(A: Tensor, n: int, R: float, case: str) -> None:
     """Lemma C.7 / Proposition 3.4 for random ``A`` with a real eigenvalue of the right sign."""
     try:
         values, _ = adv.real_eigenpairs(A)
@@ -280,14 +280,14 @@ def test_lower_bound_property(exact_lip: ExactLip, A: Tensor, n: int, R: float, 
     assume(float(values.abs().max()) > 1e-6)
     chosen = adv.adversarial_case(A) if case == "auto" else case
     lam = values[0] if chosen == "positive" else values[-1]
-    exact = float(exact_lip(lambda Z: self_attention(Z, A, torch.eye(A.shape[0], dtype=F64)), X)[0])
+    exact = float(exact_local_lipschitz(lambda Z: self_attention(Z, A, torch.eye(A.shape[0], dtype=F64)), X)[0])
     assert exact >= float(bounds.lemma_c_7(lam, R, n)) * (1 - SLACK)
     if case == "auto":
         assert exact >= float(bounds.proposition_3_4(A, R, n)) * (1 - SLACK)
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_upper_bounds_at_adversarial_inputs(exact_lip: ExactLip, masked: bool) -> None:
+def test_upper_bounds_at_adversarial_inputs(masked: bool) -> None:
     """Theorems 3.3 / C.3 / 3.5 stay above ``Lip_X f`` at the inputs built to make it large."""
     A = matrix_with_spectrum(SPECTRA["positive-dominant"])
     gen = torch.Generator().manual_seed(3)
@@ -297,7 +297,7 @@ def test_upper_bounds_at_adversarial_inputs(exact_lip: ExactLip, masked: bool) -
               adv.argmax_configuration(A, R, 5), adv.quadratic_growth_input(R, 5, 3)]
     for X in inputs:
         radii = X.norm(dim=-1).amax(-1)
-        exact = exact_lip(lambda Z: self_attention(Z, A, V, masked=masked), X)
+        exact = exact_local_lipschitz(lambda Z: self_attention(Z, A, V, masked=masked), X)
         assert bool((exact <= bounds.theorem_c_3(X, A, V, masked=masked) * (1 + SLACK)).all())
         assert bool((exact <= bounds.theorem_3_3(A, V, radii, 5) * (1 + SLACK)).all())
         assert bool((exact <= bounds.theorem_3_5(A, V, radii) * (1 + SLACK)).all())

@@ -242,6 +242,19 @@ def test_restart_per_length(gpt2_tokenizer: PreTrainedTokenizerBase) -> None:
     assert seqs[4].flatten().tolist() == ids[:8] and seqs[6].flatten().tolist() == ids[:12]
 
 
+def test_restart_only_when_the_text_is_too_short(gpt2_tokenizer: PreTrainedTokenizerBase) -> None:
+    """Default: windows disjoint across lengths while they fit, restarting per length when they do not
+    (the ``paper`` profile); an explicit ``False`` on too short a text is an error naming the fix."""
+    n_ids = len(gpt2_tokenizer(TEXT, add_special_tokens=False)["input_ids"])
+    lengths = (n_ids // 4, n_ids // 3)
+    seqs = data.token_sequences(TEXT, gpt2_tokenizer, lengths, per_length=2)          # 2 * sum > n_ids
+    assert seqs[lengths[0]][0, :5].tolist() == seqs[lengths[1]][0, :5].tolist()
+    with pytest.raises(ValueError, match="restart_per_length=True"):
+        data.token_sequences(TEXT, gpt2_tokenizer, lengths, per_length=2, restart_per_length=False)
+    short = data.token_sequences(TEXT, gpt2_tokenizer, (4, 6), per_length=2)
+    assert short[4].flatten().tolist() != short[6].flatten().tolist()[:8]
+
+
 def test_no_special_tokens_and_no_length_warning(
     bert_tokenizer: PreTrainedTokenizerBase, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -254,7 +267,9 @@ def test_no_special_tokens_and_no_length_warning(
 def test_running_out_of_text_says_how_many_tokens(gpt2_tokenizer: PreTrainedTokenizerBase) -> None:
     text = "Alice was beginning to get very tired"  # 7 GPT-2 tokens
     with pytest.raises(ValueError, match=r"has 7 tokens but 2 sequences .* need 8"):
-        data.token_sequences(text, gpt2_tokenizer, (1, 3), per_length=2)
+        data.token_sequences(text, gpt2_tokenizer, (1, 3), per_length=2, restart_per_length=False)
+    with pytest.raises(ValueError, match=r"has 7 tokens but 2 sequences .* need 8"):
+        data.token_sequences(text, gpt2_tokenizer, (2, 4), per_length=2)       # too short even restarting
     with pytest.raises(ValueError, match="distinct"):
         data.token_sequences(text, gpt2_tokenizer, (2, 2))
     with pytest.raises(ValueError, match="per_length >= 1"):

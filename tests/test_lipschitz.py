@@ -19,6 +19,7 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
+import lipnb.lipschitz as lipschitz_module
 from lipnb.attention import MultiHead, MultiHeadMap, attention_matrix, multihead_attention, self_attention
 from lipnb.lipschitz import (
     LipschitzResult,
@@ -349,7 +350,8 @@ def test_bug_fused_sdpa_module(dtype: torch.dtype) -> None:
     """Regression (was a reported bug): ``linearize`` gets its JVPs by double backward, which the fused CPU
     ``scaled_dot_product_attention`` kernel lacks (nor has it forward-mode AD), so ``local_lipschitz``
     raises ``RuntimeError: derivative for aten::_scaled_dot_product_flash_attention_for_cpu_backward
-    is not implemented`` on ``nn.MultiheadAttention(need_weights=False)``. The dense ground truth works."""
+    is not implemented`` on ``nn.MultiheadAttention(need_weights=False)``; the forward-mode dense ground truth
+    (`jacobian_matrix`) needs the math kernel too."""
     _module_check(dtype, need_weights=False)
 
 
@@ -411,11 +413,35 @@ def test_jacobian_matrix_shape_and_columns(gen: torch.Generator) -> None:
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_reverse_and_forward_mode_jacobians_agree(case: str, exact_lip: Callable[[Map, Tensor], Tensor]) -> None:
-    """Ground truth: ``exact_local_lipschitz`` (reverse mode) equals the forward-mode dense Jacobian norm
-    used by the bound tests (``conftest.forward_mode_lipschitz``)."""
-    build, X, exact = case_data(case)
-    torch.testing.assert_close(exact_lip(build(F64), X), exact, rtol=1e-12, atol=0)
+def test_jacobian_matrix_equals_reverse_mode(case: str) -> None:
+    """Ground truth, checked against an independent computation: the forward-mode ``jacobian_matrix``
+    equals reverse-mode ``torch.autograd.functional.jacobian`` of each element on its own."""
+    build, X, _ = case_data(case)
+    fn = build(F64)
+    J = jacobian_matrix(fn, X)
+    for b in range(len(X)):
+        reverse = torch.autograd.functional.jacobian(lambda z: fn(z.unsqueeze(0))[0], X[b])
+        torch.testing.assert_close(J[b], reverse.reshape(J.shape[1], -1), rtol=1e-12, atol=1e-12)
+
+
+def test_jacobian_matrix_with_per_batch_data_and_small_memory(gen: torch.Generator,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A map closing over per-batch weights ``(B, n)`` is differentiated at the whole batch; a memory
+    budget that fits one direction at a time gives the same matrix."""
+    A, V = randn(gen, 3, 3), randn(gen, 3, 3)
+    X = randn(gen, 2, 4, 3)
+    w = torch.rand(2, 4, generator=gen, dtype=F64) + 0.1
+
+    def fn(Z: Tensor) -> Tensor:
+        return self_attention(Z, A, V, weights=w)
+
+    J = jacobian_matrix(fn, X)
+    for b in range(2):
+        reverse = torch.autograd.functional.jacobian(
+            lambda z, b=b: self_attention(z.unsqueeze(0), A, V, weights=w[b])[0], X[b])
+        torch.testing.assert_close(J[b], reverse.reshape(12, 12), rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(lipschitz_module, "_memory_budget", lambda device: 1)
+    torch.testing.assert_close(jacobian_matrix(fn, X), J, rtol=0, atol=0)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
