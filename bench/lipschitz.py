@@ -482,7 +482,7 @@ def main(argv: list[str] | None = None) -> int:
     def log(line: str) -> None:
         print(line, flush=True)
 
-    started = dt.datetime.now(dt.timezone.utc)
+    started, commit = dt.datetime.now(dt.timezone.utc), git_commit()       # the code as imported
     load_start = load_average()
     peaks = {str(t)[6:]: peak_flops(device, t) for t in (torch.float32, torch.bfloat16, torch.float64)}
     log(f"device {device} ({device_name(device)}), {torch.get_num_threads()} threads, load {load_start}, "
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
         "peak_flops_by_dtype": peaks,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
-                     "git": git_commit()},
+                     "git": commit},
         "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "paper_method": {"tol": PAPER_TOL, "max_iter": PAPER_MAX_ITER, "dtype": "float32",
                          "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},

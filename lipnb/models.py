@@ -35,7 +35,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from .attention import MultiHead, check_tokens, multihead_attention
+from .attention import AttentionLinearization, MultiHead, MultiHeadMap, check_tokens
 from .data import reachable, user_cache_dir
 
 __all__ = [
@@ -246,20 +246,29 @@ def _check_input(X: Tensor, model: nn.Module) -> None:
         raise ValueError(f"tokens have d = {X.shape[-1]} but the model has hidden size {model.config.hidden_size}")
 
 
-def _mha_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
-    """Def 2.2 through :func:`multihead_attention`; heads rebuilt whenever the weights change or move."""
-    params = list(_layer(model, layer).parameters())
-    masked = is_decoder(model)
-    cache: dict[tuple, MultiHead] = {}
+class _HeadsMap:
+    """Def 2.2 as a :class:`~lipnb.attention.MultiHeadMap` of the layer's heads: closed-form ``linearize``
+    (Lemma C.2), rebuilt whenever the weights change or move."""
 
-    def f(X: Tensor) -> Tensor:
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params)
-        if key not in cache:
-            cache.clear()
-            cache[key] = head_matrices(model, layer)
-        return multihead_attention(X, cache[key], masked=masked)
+    def __init__(self, model: nn.Module, layer: int) -> None:
+        self.model, self.layer = model, layer
+        self.params = list(_layer(model, layer).parameters())
+        self.masked = is_decoder(model)
+        self._key: tuple | None = None
+        self._map: MultiHeadMap | None = None
 
-    return f
+    def _current(self, X: Tensor) -> MultiHeadMap:
+        _check_input(X, self.model)
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.params)
+        if key != self._key or self._map is None:
+            self._key, self._map = key, MultiHeadMap(head_matrices(self.model, self.layer), masked=self.masked)
+        return self._map
+
+    def __call__(self, X: Tensor) -> Tensor:
+        return self._current(X)(X)
+
+    def linearize(self, X: Tensor) -> AttentionLinearization:
+        return self._current(X).linearize(X)
 
 
 def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
@@ -279,14 +288,15 @@ def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     return lambda X: X + block.attn(block.ln_1(X), attention_mask=_causal_mask(X))[0]
 
 
-_MAPS = {"mha": _mha_map, "self": _self_map, "block": _block_map}
+_MAPS = {"self": _self_map, "block": _block_map}
 
 
 def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> Callable[[Tensor], Tensor]:
     """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
 
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
-    no residual, no LayerNorm: the map the theorems bound.
+    no residual, no LayerNorm: the map the theorems bound. It is a :class:`~lipnb.attention.MultiHeadMap`
+    underneath, so :func:`lipnb.local_lipschitz` uses its closed-form Jacobian products.
     ``"self"``: the HF self-attention module called as is. BERT: ``BertSelfAttention``, the heads'
     outputs concatenated, before the output projection (d' = H k). GPT-2: ``GPT2Attention``, with
     ``c_proj`` (so it equals ``"mha"``).
@@ -297,6 +307,8 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> Callable[[
     :func:`attention_inputs` with the same ``kind``.
     """
     _check_kind(kind)
+    if kind == "mha":
+        return _HeadsMap(model, layer)
     inner = _MAPS[kind](model, layer)
 
     def f(X: Tensor) -> Tensor:

@@ -15,6 +15,7 @@ from transformers import GPT2Model
 
 from lipnb import models
 from lipnb.attention import multihead_attention
+from lipnb.lipschitz import Linearizable
 
 OFFLINE = models.OFFLINE_MODELS
 SENTENCE = "Alice was beginning to get very tired of sitting by her sister"
@@ -182,6 +183,27 @@ def test_maps_equal_the_models_own_computation(loaded: dict[str, tuple], double:
         torch.testing.assert_close(X, io["block_in" if kind == "block" else "attn_in"], rtol=0, atol=0)
         torch.testing.assert_close(models.attention_map(model, layer, kind)(X), expected[kind],
                                    rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", OFFLINE)
+def test_mha_map_has_closed_form_products(loaded: dict[str, tuple], double: dict[str, nn.Module],
+                                          name: str) -> None:
+    """``attention_map(kind="mha")`` is :class:`Linearizable`: its closed-form ``J E`` and ``Jᵀ G`` equal
+    ``torch.func`` on the map itself (float64), and follow a change of the weights."""
+    model = copy.deepcopy(double[name])
+    f = models.attention_map(model, 1, "mha")
+    assert isinstance(f, Linearizable)
+    X = models.attention_inputs(model, 1, _ids(loaded, name))
+    gen = torch.Generator().manual_seed(3)
+    E, G = (torch.randn(X.shape, generator=gen, dtype=torch.float64) for _ in range(2))
+    for _ in range(2):
+        lin = f.linearize(X)
+        Y, JE = torch.func.jvp(f, (X,), (E,))
+        JtG = torch.func.vjp(f, X)[1](G)[0]
+        for a, b in ((lin.output, Y), (lin.jvp(E), JE), (lin.vjp(G), JtG)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+        with torch.no_grad():
+            next(models._layer(model, 1).parameters()).mul_(1.5)
 
 
 @pytest.mark.parametrize("name", OFFLINE)
