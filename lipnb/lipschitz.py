@@ -506,7 +506,7 @@ def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
     basis = torch.eye(N, dtype=X.dtype, device=X.device).view(N, 1, n, d).expand(N, B, n, d)
     with sdpa_kernel(SDPBackend.MATH):          # the fused attention kernels have no forward-mode AD
         columns = torch.func.vmap(lambda t: torch.func.jvp(fn, (X,), (t,))[1], chunk_size=chunk)(basis)
-    return columns.reshape(N, B, -1).permute(1, 2, 0)
+    return columns.detach().reshape(N, B, -1).permute(1, 2, 0)
 
 
 def exact_local_lipschitz(fn: Map, X: Tensor) -> Tensor:
