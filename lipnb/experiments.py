@@ -23,7 +23,58 @@ from . import bounds
 from .attention import MultiHead, MultiHeadMap, mask_future
 from .lipschitz import jacobian_matrix, local_lipschitz, weighted_operator_norm
 
-__all__ = ["cache_dir", "cached", "progress"]
+__all__ = [
+    "HeadSpectrum",
+    "LineFit",
+    "attention_covariances",
+    "attention_flow",
+    "attention_flow_rk4",
+    "attention_layernorm",
+    "ball_tokens",
+    "bias_perturbation_effect",
+    "bootstrap_slope",
+    "cache_dir",
+    "cached",
+    "cluster_labels",
+    "conditional_w2",
+    "fit_line",
+    "flow_gronwall_log",
+    "flow_jacobians",
+    "flow_radius_bound",
+    "head_gamma_table",
+    "head_spectra",
+    "jacobian_block_norms",
+    "large_radius_error",
+    "large_radius_sweep",
+    "layernorm_activations",
+    "lemma_c2_term_matrices",
+    "lemma_c_7_constants",
+    "lemma_c_7_sharpened",
+    "masked_mean_field",
+    "masked_mean_field_bound",
+    "masked_mean_field_ratio",
+    "maximize_local_lipschitz",
+    "own_query_norms",
+    "per_head_lipschitz",
+    "progress",
+    "quadratic_growth_slopes",
+    "random_head",
+    "real_adversarial_sweep",
+    "real_lipschitz_sweep",
+    "repeat_tokens",
+    "repeated_token_lipschitz",
+    "score_gaps",
+    "selection_jacobian",
+    "single_head",
+    "student_interval",
+    "synchronous_lipschitz",
+    "synthetic_bound_sweep",
+    "textbook_multihead",
+    "theorem_3_5_sharpened",
+    "two_dirac_constant",
+    "wasserstein2_empirical",
+    "weighted_attention_lipschitz",
+]
 
 T = TypeVar("T")
 
@@ -147,6 +198,82 @@ def bias_perturbation_effect(model: torch.nn.Module, layer: int, X: torch.Tensor
     return ((after - before).norm() / before.norm()).item()
 
 
+def single_head(heads: MultiHead, h: int, *, project: bool = False) -> MultiHead:
+    """Def 2.2: head ``h`` alone with its score and value biases: ``f_h`` (``W = I``) or ``W_h f_h`` if ``project``."""
+    k = heads.V.shape[1]
+    W = heads.W[h:h + 1] if project else torch.eye(k, dtype=heads.V.dtype, device=heads.V.device)[None]
+    return MultiHead(heads.A[h:h + 1], heads.V[h:h + 1], W,
+                     None if heads.score_bias is None else heads.score_bias[h:h + 1],
+                     None if heads.value_bias is None else heads.value_bias[h:h + 1])
+
+
+def textbook_multihead(X: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, W: torch.Tensor,
+                       b_Q: torch.Tensor, b_K: torch.Tensor, b_V: torch.Tensor) -> torch.Tensor:
+    """App. E.3, Eq. (5) as written: ``sum_h W_h sum_j softmax_j(<Q_h x_i + b_Q, K_h x_j + b_K>/√k) (V_h x_j + b_V)``.
+
+    ``Q, K, V`` ``(H, k, d)``, ``W`` ``(H, d_out, k)``, biases ``(H, k)``; the key bias is kept (Remark E.1).
+    """
+    q = torch.einsum("bnd,hkd->bhnk", X, Q) + b_Q[:, None, :]
+    key = torch.einsum("bnd,hkd->bhnk", X, K) + b_K[:, None, :]
+    value = torch.einsum("bnd,hkd->bhnk", X, V) + b_V[:, None, :]
+    P = torch.softmax(q @ key.mT / math.sqrt(Q.shape[1]), dim=-1)
+    return torch.einsum("bhnk,hek->bne", P @ value, W)
+
+
+# ------------------------------------------------ statistics of the sweeps (growth rates and exponents)
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """A least-squares line ``y = slope x + intercept`` with a confidence interval ``[low, high]`` on the slope."""
+
+    slope: float
+    intercept: float
+    low: float
+    high: float
+
+
+def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
+    """Rates of Theorem 3.7, App. C.7, Prop. 3.6: least-squares slope with its Student-t interval at ``level``."""
+    from scipy import stats
+
+    x = torch.as_tensor(x, dtype=torch.float64).flatten().numpy()
+    y = torch.as_tensor(y, dtype=torch.float64).flatten().numpy()
+    fit = stats.linregress(x, y)
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 2)) * fit.stderr
+    return LineFit(float(fit.slope), float(fit.intercept), float(fit.slope - half), float(fit.slope + half))
+
+
+def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float, float]:
+    """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
+    from scipy import stats
+
+    v = torch.as_tensor(values, dtype=torch.float64).flatten().numpy()
+    low, high = stats.t.interval(level, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+    return float(v.mean()), float(low), float(high)
+
+
+def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """Growth exponents (Sec. 5): least-squares slope of ``y`` on ``x`` and its percentile bootstrap interval.
+
+    Points are resampled within each distinct ``x`` (each sequence length keeps its number of sequences),
+    so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
+    """
+    x = torch.as_tensor(x, dtype=torch.float64).flatten()
+    y = torch.as_tensor(y, dtype=torch.float64).flatten()
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
+    picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)
+    xs, ys = x[picks], y[picks]
+    xc = xs - xs.mean(1, keepdim=True)
+    slopes = (xc * (ys - ys.mean(1, keepdim=True))).sum(1) / xc.square().sum(1)
+    xc0 = x - x.mean()
+    slope = float((xc0 * (y - y.mean())).sum() / xc0.square().sum())
+    low, high = torch.quantile(slopes, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return slope, float(low), float(high)
+
+
 # ------------------------------------------------ large radius and mean field (Theorem 3.7, App. C.3-C.7)
 
 
@@ -197,36 +324,6 @@ def large_radius_error(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
                        masked: bool = False) -> torch.Tensor:
     """Theorem 3.7: ``||D_{RX} f - S||_2`` for each radius ``R`` (see :func:`large_radius_sweep`), ``(len(radii),)``."""
     return large_radius_sweep(X, A, V, radii, masked=masked)[0]
-
-
-@dataclass(frozen=True)
-class LineFit:
-    """A least-squares line ``y = slope x + intercept`` with a confidence interval ``[low, high]`` on the slope."""
-
-    slope: float
-    intercept: float
-    low: float
-    high: float
-
-
-def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
-    """Rates of Theorem 3.7, App. C.7, Prop. 3.6: least-squares slope with its Student-t interval at ``level``."""
-    from scipy import stats
-
-    x = torch.as_tensor(x, dtype=torch.float64).flatten().numpy()
-    y = torch.as_tensor(y, dtype=torch.float64).flatten().numpy()
-    fit = stats.linregress(x, y)
-    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 2)) * fit.stderr
-    return LineFit(float(fit.slope), float(fit.intercept), float(fit.slope - half), float(fit.slope + half))
-
-
-def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float, float]:
-    """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
-    from scipy import stats
-
-    v = torch.as_tensor(values, dtype=torch.float64).flatten().numpy()
-    low, high = stats.t.interval(level, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
-    return float(v.mean()), float(low), float(high)
 
 
 def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int, *,
@@ -452,27 +549,6 @@ def lemma_c_7_constants(A: torch.Tensor, R: float, ns: Iterable[int], *, case: s
     return torch.cat([repeated_token_lipschitz(Y, A, eye, torch.tensor([1, n - 1])) for n in ns])
 
 
-def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, resamples: int = 2000,
-                    seed: int = 0) -> tuple[float, float, float]:
-    """Growth exponents (Sec. 5): least-squares slope of ``y`` on ``x`` and its percentile bootstrap interval.
-
-    Points are resampled within each distinct ``x`` (each sequence length keeps its number of sequences),
-    so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
-    """
-    x = torch.as_tensor(x, dtype=torch.float64).flatten()
-    y = torch.as_tensor(y, dtype=torch.float64).flatten()
-    g = torch.Generator().manual_seed(seed)
-    groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
-    picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)
-    xs, ys = x[picks], y[picks]
-    xc = xs - xs.mean(1, keepdim=True)
-    slopes = (xc * (ys - ys.mean(1, keepdim=True))).sum(1) / xc.square().sum(1)
-    xc0 = x - x.mean()
-    slope = float((xc0 * (y - y.mean())).sum() / xc0.square().sum())
-    low, high = torch.quantile(slopes, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
-    return slope, float(low), float(high)
-
-
 def real_lipschitz_sweep(model_name: str, layer: int, lengths: Iterable[int], per_length: int) -> dict:
     """Sec. 5.1 on one layer: ``Lip_X`` of the ``"mha"`` map at Alice sequences, with the bounds of Theorem 3.3.
 
@@ -564,6 +640,47 @@ def head_gamma_table(model_name: str, lengths: Iterable[int], per_length: int) -
     return cached("head_gamma_table", params, compute)
 
 
+def random_head(d: int, seed: int) -> torch.Tensor:
+    """A test head for Theorem 3.3 / Prop. 3.4: ``A`` with i.i.d. ``N(0, 1/d)`` entries, float64, ``(d, d)``."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+
+
+def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], per_length: int) -> dict:
+    """Theorem 3.3 vs measurement for ``A = random_head(d, seed)``, ``V = I`` on ``B_R^n``, for each ``n``.
+
+    Two input families: ``"random"`` (``per_length`` sequences uniform in the ball) and ``"adversarial"``
+    (Lemma C.7's input, Sec. 5.2's case rule). Each maps to float64 ``n``, ``lip`` (Lanczos), ``bound``
+    (Theorem 3.3), ``data_bound`` (Theorem C.3) and ``column_sum`` (largest ``Σ_i P_ij``). Cached.
+    """
+    from .adversarial import lemma_c_7_input
+    from .attention import attention_matrix, self_attention
+    from .bounds import theorem_3_3, theorem_c_3
+
+    lengths = [int(n) for n in lengths]
+    params = {"d": d, "seed": seed, "R": round(float(R), 9), "lengths": lengths, "per_length": per_length}
+
+    def compute() -> dict:
+        A = random_head(d, seed)
+        V = torch.eye(d, dtype=torch.float64)
+        f = lambda Z: self_attention(Z, A, V)  # noqa: E731
+        out: dict[str, dict[str, list[torch.Tensor]]] = {
+            k: {"n": [], "lip": [], "bound": [], "data_bound": [], "column_sum": []} for k in ("random", "adversarial")}
+        for n in progress(lengths, desc="synthetic"):
+            inputs = {"random": ball_tokens(per_length, n, d, R, seed=seed + n),
+                      "adversarial": lemma_c_7_input(A, R, n)}
+            for name, X in inputs.items():
+                rows = out[name]
+                rows["n"].append(torch.full((len(X),), float(n), dtype=torch.float64))
+                rows["lip"].append(local_lipschitz(f, X, max_iter=500))
+                rows["bound"].append(theorem_3_3(A, V, R, n).expand(len(X)))
+                rows["data_bound"].append(theorem_c_3(X, A, V))
+                rows["column_sum"].append(attention_matrix(X, A).sum(1).amax(1))
+        return {name: {k: torch.cat(v) for k, v in rows.items()} for name, rows in out.items()}
+
+    return cached("synthetic_bound_sweep", params, compute)
+
+
 def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: torch.Tensor, R: float, *,
                              steps: int = 100, lr: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
     """Lemma 3.1 on ``B_R^n``: projected gradient ascent (Adam) of the exact float64 ``Lip_X(fn)`` from each start.
@@ -596,31 +713,7 @@ def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: tor
     return best_X, best
 
 
-def single_head(heads: MultiHead, h: int, *, project: bool = False) -> MultiHead:
-    """Def 2.2: head ``h`` alone with its score and value biases: ``f_h`` (``W = I``) or ``W_h f_h`` if ``project``."""
-    k = heads.V.shape[1]
-    W = heads.W[h:h + 1] if project else torch.eye(k, dtype=heads.V.dtype, device=heads.V.device)[None]
-    return MultiHead(heads.A[h:h + 1], heads.V[h:h + 1], W,
-                     None if heads.score_bias is None else heads.score_bias[h:h + 1],
-                     None if heads.value_bias is None else heads.value_bias[h:h + 1])
-
-
-def textbook_multihead(X: torch.Tensor, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, W: torch.Tensor,
-                       b_Q: torch.Tensor, b_K: torch.Tensor, b_V: torch.Tensor) -> torch.Tensor:
-    """App. E.3, Eq. (5) as written: ``sum_h W_h sum_j softmax_j(<Q_h x_i + b_Q, K_h x_j + b_K>/√k) (V_h x_j + b_V)``.
-
-    ``Q, K, V`` ``(H, k, d)``, ``W`` ``(H, d_out, k)``, biases ``(H, k)``; the key bias is kept (Remark E.1).
-    """
-    q = torch.einsum("bnd,hkd->bhnk", X, Q) + b_Q[:, None, :]
-    key = torch.einsum("bnd,hkd->bhnk", X, K) + b_K[:, None, :]
-    value = torch.einsum("bnd,hkd->bhnk", X, V) + b_V[:, None, :]
-    P = torch.softmax(q @ key.mT / math.sqrt(Q.shape[1]), dim=-1)
-    return torch.einsum("bhnk,hek->bne", P @ value, W)
-
-
-# ---------------------------------------------------------------------------------------------
-# Chapter 7 (masked attention): the masked mean-field map (Def 2.6), Def 4.1, Theorem 4.4.
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------ masked attention (Def 2.6, Def 4.1, Theorem 4.4; chapter 7)
 
 
 def masked_mean_field(X: torch.Tensor, positions: torch.Tensor, A: torch.Tensor, V: torch.Tensor, *,
@@ -715,9 +808,7 @@ def masked_mean_field_bound(A: torch.Tensor, V: torch.Tensor, R: float | torch.T
     return v * (aR2 + 2 * (1 + 2 * aR2) * torch.exp(2 * aR2))
 
 
-# ---------------------------------------------------------------------------------------------
-# Chapter 9 (attention as a flow): the residual stack as an Euler scheme (slides, part IV).
-# ---------------------------------------------------------------------------------------------
+# ------------------------------------------------ attention as a flow (residual stack as Euler scheme; chapter 9)
 
 
 def _velocity(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
@@ -802,44 +893,3 @@ def cluster_labels(Y: torch.Tensor, tol: float) -> torch.Tensor:
         return torch.zeros(Y.shape[0], dtype=torch.long)
     labels = fcluster(linkage(Y.detach().double().cpu().numpy(), "single"), t=tol, criterion="distance")
     return torch.as_tensor(labels - 1, dtype=torch.long)
-
-
-def random_head(d: int, seed: int) -> torch.Tensor:
-    """A test head for Theorem 3.3 / Prop. 3.4: ``A`` with i.i.d. ``N(0, 1/d)`` entries, float64, ``(d, d)``."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-
-
-def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], per_length: int) -> dict:
-    """Theorem 3.3 vs measurement for ``A = random_head(d, seed)``, ``V = I`` on ``B_R^n``, for each ``n``.
-
-    Two input families: ``"random"`` (``per_length`` sequences uniform in the ball) and ``"adversarial"``
-    (Lemma C.7's input, Sec. 5.2's case rule). Each maps to float64 ``n``, ``lip`` (Lanczos), ``bound``
-    (Theorem 3.3), ``data_bound`` (Theorem C.3) and ``column_sum`` (largest ``Σ_i P_ij``). Cached.
-    """
-    from .adversarial import lemma_c_7_input
-    from .attention import attention_matrix, self_attention
-    from .bounds import theorem_3_3, theorem_c_3
-
-    lengths = [int(n) for n in lengths]
-    params = {"d": d, "seed": seed, "R": round(float(R), 9), "lengths": lengths, "per_length": per_length}
-
-    def compute() -> dict:
-        A = random_head(d, seed)
-        V = torch.eye(d, dtype=torch.float64)
-        f = lambda Z: self_attention(Z, A, V)  # noqa: E731
-        out: dict[str, dict[str, list[torch.Tensor]]] = {
-            k: {"n": [], "lip": [], "bound": [], "data_bound": [], "column_sum": []} for k in ("random", "adversarial")}
-        for n in progress(lengths, desc="synthetic"):
-            inputs = {"random": ball_tokens(per_length, n, d, R, seed=seed + n),
-                      "adversarial": lemma_c_7_input(A, R, n)}
-            for name, X in inputs.items():
-                rows = out[name]
-                rows["n"].append(torch.full((len(X),), float(n), dtype=torch.float64))
-                rows["lip"].append(local_lipschitz(f, X, max_iter=500))
-                rows["bound"].append(theorem_3_3(A, V, R, n).expand(len(X)))
-                rows["data_bound"].append(theorem_c_3(X, A, V))
-                rows["column_sum"].append(attention_matrix(X, A).sum(1).amax(1))
-        return {name: {k: torch.cat(v) for k, v in rows.items()} for name, rows in out.items()}
-
-    return cached("synthetic_bound_sweep", params, compute)
