@@ -410,8 +410,13 @@ def provenance(record: dict) -> str:
     versions = record["versions"]
     return (f"{record['date'][:10]}, {record['device_name']} ({record['device']}, {record['threads']} threads, "
             f"load average {record['load_average']['start'][0]}), torch {versions['torch']}, lipnb "
-            f"{versions['lipnb']} (git {versions['git']}), matrix-product peak "
-            f"{record['peak_flops'] / 1e9:.0f} GFLOP/s")
+            f"{versions['lipnb']} (git {versions['git']}), matrix-product peaks "
+            + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in peaks(record).items()) + " GFLOP/s")
+
+
+def peaks(record: dict) -> dict[str, float]:
+    """The measured matrix-product peak of each dtype (float32 only in records older than the presolve)."""
+    return record.get("peak_flops_by_dtype", {"float32": record["peak_flops"]})
 
 
 def presolve_note(v: dict) -> str:
