@@ -428,27 +428,33 @@ class AttentionLinearization:
         B, n, _ = E.shape
         r, k = self.Qx.shape[-1], self.Vx.shape[-1]
         H = self.Vx.shape[1]
-        dproj = (E @ self.factors.proj.mT).view(B, n, H, 2 * r + k).transpose(1, 2)
+        # One copy puts the heads first; dQ, dK, dV are then strided views that the products read as is.
+        dproj = (E @ self.factors.proj.mT).view(B, n, H, 2 * r + k).transpose(1, 2).contiguous()
         dQ, dK, dV = dproj.split([r, r, k], dim=-1)
-        # scores move by dQ Kᵀ + Q dKᵀ: one product with inner dimension 2r
-        dS = torch.matmul(torch.cat([dQ, self.Qx], -1), torch.cat([self.Kx, dK], -1).mT,
-                          out=self._scores_buffer())
+        dS = torch.matmul(dQ, self.Kx.mT, out=self._scores_buffer())
+        flat = dS.view(B * H, n, n)
+        torch.baddbmm(flat, self.Qx.view(B * H, n, r), dK.reshape(B * H, n, r).mT, out=flat)
         T = dS.mul_(self.P)
         dO = T @ self.Vx
-        dO.sub_(T.sum(-1, keepdim=True) * self.Oh).add_(self.P @ dV)
+        dO.sub_(T.sum(-1, keepdim=True) * self.Oh)
+        flat = dO.view(B * H, n, k)
+        torch.baddbmm(flat, self.P.view(B * H, n, n), dV.reshape(B * H, n, k), out=flat)
         return self._combine(dO)
 
     def vjp(self, G: Tensor) -> Tensor:
         """``D_X fᵀ(G)``: the adjoint of :meth:`jvp`, ``dS = P ⊙ (dO Vᵀ - <dO_i, O_i>)``."""
         B, n = G.shape[:2]
-        dO = self._split(G)
+        r, k = self.Qx.shape[-1], self.Vx.shape[-1]
+        H = self.Vx.shape[1]
+        dO = self._split(G).contiguous()
         dS = torch.matmul(dO, self.Vx.mT, out=self._scores_buffer())
         dS.sub_((dO * self.Oh).sum(-1, keepdim=True)).mul_(self.P)
-        dV = self.P.mT @ dO
-        dQ = dS @ self.Kx
-        dK = dS.mT @ self.Qx
-        grads = torch.cat([dQ, dK, dV], -1).transpose(1, 2).reshape(B, n, -1)
-        return grads @ self.factors.proj
+        # The three cotangents go straight to the token-major layout of the projection matrix.
+        grads = G.new_empty(B, n, H, 2 * r + k)
+        grads[..., :r].copy_((dS @ self.Kx).transpose(1, 2))
+        grads[..., r:2 * r].copy_((dS.mT @ self.Qx).transpose(1, 2))
+        grads[..., 2 * r:].copy_((self.P.mT @ dO).transpose(1, 2))
+        return grads.view(B, n, -1) @ self.factors.proj
 
     def select(self, index: Tensor) -> AttentionLinearization:
         """The linearization at the inputs ``index`` of the batch only (reusing the scores buffer)."""
