@@ -122,15 +122,12 @@ def attention_layernorm(model: torch.nn.Module, layer: int) -> torch.nn.Module:
     BERT (post-LN): the embeddings' LayerNorm for layer 0, else the output LayerNorm of layer ``layer - 1``.
     GPT-2 (pre-LN): the block's ``ln_1``.
     """
-    from transformers import BertModel, GPT2Model
+    from . import models
 
-    if isinstance(model, BertModel):
-        if not 0 <= layer < model.config.num_hidden_layers:
-            raise ValueError(f"layer must be in 0..{model.config.num_hidden_layers - 1}; got {layer}")
-        return model.embeddings.LayerNorm if layer == 0 else model.encoder.layer[layer - 1].output.LayerNorm
-    if isinstance(model, GPT2Model):
-        return model.h[layer].ln_1
-    raise TypeError(f"expected a BertModel or GPT2Model; got {type(model).__name__}")
+    block = models._layer(model, layer)                  # checks the family and the range of ``layer``
+    if models._family(model) == "gpt2":
+        return block.ln_1
+    return model.embeddings.LayerNorm if layer == 0 else models._layer(model, layer - 1).output.LayerNorm
 
 
 def layernorm_activations(model: torch.nn.Module, layers: Iterable[int],
@@ -176,8 +173,6 @@ def bias_perturbation_effect(model: torch.nn.Module, layer: int, X: torch.Tensor
     when ``scale * N(0, I)`` is added to its ``"query"``, ``"key"`` or ``"value"`` bias (on a copy)."""
     import copy
 
-    from transformers import BertModel
-
     from . import models
 
     if bias not in ("query", "key", "value"):
@@ -185,11 +180,11 @@ def bias_perturbation_effect(model: torch.nn.Module, layer: int, X: torch.Tensor
     twin = copy.deepcopy(model)
     f = models.attention_map(twin, layer, "self")
     before = f(X)
-    if isinstance(twin, BertModel):
-        param = getattr(twin.encoder.layer[layer].attention.self, bias).bias
+    block = models._layer(twin, layer)
+    if models._family(twin) == "bert":
+        param = getattr(block.attention.self, bias).bias
     else:
-        attn = twin.h[layer].attn
-        param = attn.c_attn.bias.split(attn.split_size)[("query", "key", "value").index(bias)]
+        param = block.attn.c_attn.bias.split(block.attn.split_size)[("query", "key", "value").index(bias)]
     generator = torch.Generator().manual_seed(seed)
     noise = torch.randn(param.shape, generator=generator, dtype=torch.float64)
     with torch.no_grad():
