@@ -14,7 +14,9 @@ On these inputs, in one process, interleaved and repeated (medians reported):
     equal to the module in tests/test_fast_path.py) with ``tol=1e-4``: the relative residual of ``σ²``
     at most ``1e-4``, so ``σ`` within ``5e-5`` of the singular value it approximates, the accuracy the
     issue asks of both methods. Default ``presolve="auto"``: bfloat16 starting vectors where the device
-    multiplies bfloat16 natively.
+    multiplies bfloat16 natively. Timed as a user calls it, values only (the paper's method returns
+    nothing more); the iteration counts come from the same deterministic run with ``detailed=True``
+    (which adds a JVP per input for the left singular vector), untimed and checked to agree.
 ``lipnb-f32`` (full runs)
     as ``lipnb`` without the bfloat16 presolve: what the presolve buys.
 ``lipnb-tight`` (full runs)
@@ -109,10 +111,14 @@ def run_paper(fn: Map, X: Tensor) -> dict[str, list]:
     return {"values": values, "iterations": iterations, "converged": [s < PAPER_MAX_ITER for s in iterations]}
 
 
-def run_lipnb(fn: Map, X: Tensor, **options: object) -> dict[str, list]:
+def run_lipnb(fn: Map, X: Tensor, detailed: bool = False, **options: object) -> dict[str, list]:
+    """``lipnb.local_lipschitz`` as a user calls it (values only, like the paper's method); with
+    ``detailed``, the same deterministic run with its iteration counts (untimed: it adds a JVP per input)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NotConvergedWarning)
-        res = lipnb.local_lipschitz(fn, X, detailed=True, **options)
+        res = lipnb.local_lipschitz(fn, X, detailed=detailed, **options)
+    if not detailed:
+        return {"values": res.double().tolist()}
     return {"values": res.value.double().tolist(), "iterations": res.iterations.tolist(),
             "presolve_iterations": res.presolve_iterations.tolist(), "converged": res.converged.tolist()}
 
@@ -321,14 +327,15 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
     fast64 = closed_form_map(model64, layer, kind)
     batches = {n: batch_for(n) for n in lengths}
     ids = data.token_sequences(data.alice_text(), tokenizer, lengths, max(batches.values()))
-    runners: dict[str, Callable[[Tensor], dict]] = {
-        "paper": lambda X: run_paper(module, X),
-        "lipnb": lambda X: run_lipnb(fast, X, tol=LIPNB_TOL),
-        "lipnb-f32": lambda X: run_lipnb(fast, X, tol=LIPNB_TOL, presolve=None),
-        "lipnb-tight": lambda X: run_lipnb(fast, X),
-        "lipnb-autograd": lambda X: run_lipnb(module, X, tol=LIPNB_TOL),
-        "lipnb-f64": lambda X: run_lipnb(fast, X, tol=LIPNB_TOL, dtype=torch.float64),
+    lipnb_runs: dict[str, tuple[Map, dict]] = {
+        "lipnb": (fast, {"tol": LIPNB_TOL}),
+        "lipnb-f32": (fast, {"tol": LIPNB_TOL, "presolve": None}),
+        "lipnb-tight": (fast, {}),
+        "lipnb-autograd": (module, {"tol": LIPNB_TOL}),
+        "lipnb-f64": (fast, {"tol": LIPNB_TOL, "dtype": torch.float64}),
     }
+    runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X: run_paper(module, X)} | {
+        m: lambda X, fn=fn, options=options: run_lipnb(fn, X, **options) for m, (fn, options) in lipnb_runs.items()}
     fns = {"paper": module, "lipnb-autograd": module}
     presolve_dtype = torch.bfloat16
     rows = []
@@ -351,6 +358,12 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
                 timings[method]["cpu"].append(cpu)
                 timings[method]["peak_MiB"].append(mem)
                 results[method] = result
+        for method in set(methods) & set(lipnb_runs):          # iteration counts, from an untimed twin run
+            fn, options = lipnb_runs[method]
+            details = run_lipnb(fn, X, detailed=True, **options)
+            if max(relative_errors(details["values"], results[method]["values"])) > 1e-6:
+                raise RuntimeError(f"{method}: the detailed run disagrees with the timed one")
+            results[method] = details
         row = {"model": name, "layer": layer, "kind": kind, "n": n, "batch": B, "d": int(X.shape[-1]),
                "reference": ref, "methods": {}}
         x1 = X[:1]
