@@ -336,7 +336,7 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
     }
     runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X: run_paper(module, X)} | {
         m: lambda X, fn=fn, options=options: run_lipnb(fn, X, **options) for m, (fn, options) in lipnb_runs.items()}
-    fns = {"paper": module, "lipnb-autograd": module}
+    fns = {"paper": module} | {m: fn for m, (fn, _) in lipnb_runs.items()}
     presolve_dtype = torch.bfloat16
     rows = []
     for n in lengths:
@@ -358,7 +358,7 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
                 timings[method]["cpu"].append(cpu)
                 timings[method]["peak_MiB"].append(mem)
                 results[method] = result
-        for method in set(methods) & set(lipnb_runs):          # iteration counts, from an untimed twin run
+        for method in [m for m in methods if m in lipnb_runs]:     # iteration counts, from an untimed twin run
             fn, options = lipnb_runs[method]
             details = run_lipnb(fn, X, detailed=True, **options)
             if max(relative_errors(details["values"], results[method]["values"])) > 1e-6:
@@ -371,7 +371,7 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
             res, tm = results[method], timings[method]
             errors = relative_errors(res["values"], ref["values"])
             x = x1.double() if method == "lipnb-f64" else x1
-            flops = flops_per_product(method, fns.get(method, fast), x)
+            flops = flops_per_product(method, fns[method], x)
             products, presolved = sum(res["iterations"]), sum(res.get("presolve_iterations", [0]))
             total_flops = (products + presolved) * flops["product"] + B * flops["linearize"]
             ideal = ((products * flops["product"] + B * flops["linearize"]) / peaks[str(x.dtype)[6:]]
