@@ -68,7 +68,10 @@ CHECK_PAGE_JS = r"""
     try { await img.decode(); } catch (e) { /* a broken image is reported below */ }
     if (!img.complete || img.naturalWidth === 0) problems.push('image did not load: ' + img.getAttribute('src'));
   }
-  const bare = /^(Axiom|Theorem|Lemma|Definition|Remark|Conjecture|Corollary|Algorithm|Criterion|Example|Property|Observation|Proposition|Assumption|Notation|Proof|Figure|Fig\.|Table|Equation|Eq\.|Section)?\s*\.?$/;
+  const types = ['Axiom', 'Theorem', 'Lemma', 'Definition', 'Remark', 'Conjecture', 'Corollary', 'Algorithm',
+                 'Criterion', 'Example', 'Property', 'Observation', 'Proposition', 'Assumption', 'Notation',
+                 'Proof', 'Figure', 'Fig\\.', 'Table', 'Equation', 'Eq\\.', 'Section'];
+  const bare = new RegExp('^(' + types.join('|') + ')?\\s*\\.?$');
   for (const a of article.querySelectorAll('a.reference.internal')) {
     const text = a.textContent.trim();
     if (bare.test(text) && !a.querySelector('img')) {
@@ -254,7 +257,7 @@ def _screenshot(cdp: CDP, name: str) -> None:
     SCREENS.mkdir(parents=True, exist_ok=True)
     shot = cdp.send("Page.captureScreenshot", format="png")
     (SCREENS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
-    first_table = "document.querySelector('article table, article .cell_output')"
+    first_table = "(document.querySelector('article table') || document.querySelector('article .cell_output'))"
     if cdp.evaluate(f"!!{first_table}"):
         cdp.evaluate(f"{first_table}.scrollIntoView({{block: 'start'}}); true")
         shot = cdp.send("Page.captureScreenshot", format="png")
