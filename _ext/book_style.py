@@ -1,10 +1,14 @@
-"""Sphinx extension for the book: an author-year reference list to match the citations; one copy of each script."""
+"""Sphinx extension for the book: an author-year reference list to match the citations, one copy of each
+script, and the landing page's figure taken from a chapter's stored outputs."""
 
 from __future__ import annotations
 
+import base64
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
+import nbformat
 from pybtex.plugin import register_plugin
 from pybtex.richtext import Text
 from pybtex.style.formatting.unsrt import Style as UnsrtStyle
@@ -60,7 +64,28 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
     context["script_files"] = kept
 
 
+def extract_landing_figure(app: Sphinx) -> None:
+    """Write the PNG that a chapter's cell stored (``landing_figure``: notebook and a phrase of the cell's
+    code) to ``_build/landing/figure.png``, so the landing page shows the chapter's own figure of this build."""
+    notebook, phrase = app.config.landing_figure["notebook"], app.config.landing_figure["cell_contains"]
+    nb = nbformat.read(Path(app.srcdir) / notebook, as_version=4)
+    images = [
+        output["data"]["image/png"]
+        for cell in nb.cells
+        if cell.cell_type == "code" and phrase in cell.source
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    if not images:
+        raise ValueError(f"landing_figure: no stored PNG output in a cell of {notebook} containing {phrase!r}")
+    target = Path(app.srcdir) / "_build" / "landing" / "figure.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(base64.b64decode(images[0]))
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
+    app.add_config_value("landing_figure", {}, "env")
+    app.connect("builder-inited", extract_landing_figure)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)
     register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)
     register_plugin("pybtex.style.sorting", "author_year_title", AuthorYearTitleSort, force=True)
