@@ -1,7 +1,12 @@
-"""The Lipschitz bounds of Castin et al. (2024), each a function citing its result.
+"""Every Lipschitz bound of the book, each a function citing its result.
 
-Upper bounds hold for every input they cover; lower bounds are attained by the inputs of
-:mod:`lipnb.adversarial`. Scalars broadcast: ``R`` and ``n`` may be numbers or tensors.
+Numbering and constants follow the ICML 2024 version of Castin, Ablin & Peyré, *How Smooth Is Attention?*
+(the text in ``shared/seeds``, its formulas restored in ``shared/THEORY.md``). Three kinds live here:
+the paper's bounds as stated (``theorem_3_3``, ``theorem_3_5``, ``proposition_3_4`` ...), the book's
+sharpened or corrected versions (``*_sharpened``, ``two_dirac_constant``, ``masked_mean_field_bound``),
+and the bounds of chapter 9's flow. Upper bounds hold for every input they cover; lower bounds are
+attained by the inputs of :mod:`lipnb.inputs`. Scalars broadcast: ``R`` and ``n`` may be numbers or
+tensors, checked by :mod:`lipnb.checks` (a negative radius or a non-whole length is a ``ValueError``).
 """
 
 from __future__ import annotations
