@@ -224,6 +224,8 @@ def _visit(cdp: CDP, url: str, origin: str) -> Visit:
             visit.problems.append(f"console error: {[a.get('value') for a in params.get('args', [])]}")
         elif method == "Log.entryAdded" and params["entry"]["level"] == "error":
             entry = params["entry"]
+            if entry.get("url", "").endswith("/favicon.ico"):
+                continue  # Chromium asks for it on its own; no page links one
             visit.problems.append(f"browser error: {entry['text']} {entry.get('url', '')}".strip())
         elif method == "Network.requestWillBeSent":
             request_url = params["request"]["url"]
