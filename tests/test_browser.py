@@ -4,7 +4,8 @@ The HTML is built (or reused when newer than every source) with `jupyter-book bu
 127.0.0.1 and opened page by page over the Chrome DevTools protocol. A page fails on a JavaScript
 error, a request that leaves localhost, a resource that does not load, a formula MathJax did not
 typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
-type ("Proposition" with no number or name), or a Markdown table left as text. Screenshots of the
+type ("Proposition" with no number or name), a Markdown table left as text, or a wide formula, output
+or table cut at the column edge instead of scrolling (at 1280 px). Screenshots of the
 landing page, chapter 4 and chapter 10 are written to ``_build/screens``.
 
 Chromium comes from Debian's ``chromium`` package (``make browser`` installs it); set ``CHROMIUM`` to
@@ -86,6 +87,30 @@ CHECK_PAGE_JS = r"""
   for (const m of prose.textContent.matchAll(table)) {
     const at = m.index;
     problems.push('Markdown table left as text: ' + snippet(prose.textContent.slice(Math.max(0, at - 60), at + 40)));
+  }
+  // Wide content must scroll: a formula's glyphs or a block's text may not pass the edge of a box that clips.
+  const clippedBy = (el, left, right) => {
+    for (let e = el.parentElement; e && e !== article.parentElement; e = e.parentElement) {
+      const overflow = getComputedStyle(e).overflowX;
+      if (overflow === 'auto' || overflow === 'scroll') return null;
+      const box = e.getBoundingClientRect();
+      if ((overflow === 'hidden' || overflow === 'clip') && (right > box.right + 1 || left < box.left - 1)) return e;
+    }
+    return null;
+  };
+  for (const c of article.querySelectorAll('mjx-container')) {
+    const glyphs = c.querySelector('mjx-math');
+    const r = glyphs ? glyphs.getBoundingClientRect() : null;
+    const box = r ? clippedBy(c, r.left, r.right) : null;
+    if (box) problems.push(`formula cut by ${box.tagName.toLowerCase()}.${box.className}: ` + snippet(c.textContent));
+  }
+  for (const el of article.querySelectorAll('pre, .cell_output, table')) {
+    const overflow = getComputedStyle(el).overflowX;
+    const r = el.getBoundingClientRect();
+    const wide = el.scrollWidth > el.clientWidth + 1 && !['auto', 'scroll'].includes(overflow);
+    if (wide || clippedBy(el, r.left, r.left + el.scrollWidth)) {
+      problems.push('output cut at the column edge: ' + snippet(el.textContent));
+    }
   }
   const links = [...document.querySelectorAll('a[href]')].map((a) => a.href);
   return JSON.stringify({problems, links});
