@@ -25,7 +25,8 @@ def _last_name(person) -> str:
 class AuthorYearLabelStyle(BaseLabelStyle):
     """Labels ``Kim et al., 2021`` / ``Golub and Van Loan, 2013``: what the text cites, the list shows.
 
-    Two works with the same label get the years ``2023a``, ``2023b`` in the list's order.
+    Two works with the same label get the years ``2023a``, ``2023b`` in the list's order; the suffix is
+    written into the entry's year, so the citations in the text carry it too.
     """
 
     def format_labels(self, sorted_entries: Iterable) -> Iterator[str]:
@@ -33,10 +34,12 @@ class AuthorYearLabelStyle(BaseLabelStyle):
         labels = [self.format_label(entry) for entry in entries]
         counts = Counter(labels)
         seen: Counter[str] = Counter()
-        for label in labels:
+        for entry, label in zip(entries, labels, strict=True):
             if counts[label] > 1:
                 seen[label] += 1
-                label += "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
+                suffix = "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
+                entry.fields["year"] += suffix
+                label += suffix
             yield label
 
     def format_label(self, entry) -> str:

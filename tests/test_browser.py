@@ -29,6 +29,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from html import unescape
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -299,3 +300,21 @@ def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> N
         _screenshot(browser, SCREENSHOTS[page])
     problems = visit.problems + _broken_links(visit.links, server, site)
     assert not problems, f"{page}.html: {len(problems)} problem(s):\n  " + "\n  ".join(problems)
+
+
+def test_citations_match_the_reference_list(site: Path) -> None:
+    """The list is labelled author-year, and every citation in the text shows its entry's author or year."""
+    listing = (site / "book" / "references.html").read_text()
+    labels = dict(re.findall(r'id="(id\d+)" role="doc-biblioentry">\s*<span class="label">'
+                             r'<span class="fn-bracket">\[</span>([^<]*)<', listing))
+    assert labels, "book/references.html lists no entries"
+    not_author_year = [label for label in labels.values() if not re.fullmatch(r"[^,]+, \d{4}[a-z]?", label)]
+    assert not not_author_year, f"reference list labels not author-year: {not_author_year}"
+    mismatched = []
+    for page in sorted((site / "book").glob("*.html")):
+        for target, html in re.findall(r'href="references\.html#(id\d+)"[^>]*>(.*?)</a>', page.read_text()):
+            text = " ".join(unescape(re.sub(r"<[^>]+>", "", html)).split())
+            author, year = labels[target].rsplit(", ", 1)
+            if text not in (labels[target], author, year):
+                mismatched.append(f"{page.name}: cites {text!r} for [{labels[target]}]")
+    assert not mismatched, "citations disagree with the reference list:\n  " + "\n  ".join(mismatched)
