@@ -71,7 +71,7 @@ class Attention(nn.Module):
         return out
 
     def bound(self, n: int) -> Tensor:
-        """Theorem 3.2's 2-norm bound (sharpened constant ``2√2``) of the unmasked map at length ``n``, differentiable."""
+        """Theorem 3.2's 2-norm bound (constant ``2√2``) of the unmasked map at length ``n``, differentiable."""
         Qn = torch.linalg.matrix_norm(self.Q, ord=2)
         Vn = torch.linalg.matrix_norm(self.V, ord=2)
         weights = (Qn.pow(4) * Vn.square()).sum().sqrt() * torch.linalg.matrix_norm(self.O, ord=2)

@@ -24,27 +24,28 @@ __all__ = ["L2AttentionMap", "L2Heads", "l2_attention", "l2_scores", "random_l2_
 
 @dataclass(frozen=True)
 class L2Heads:
-    """Kim et al. Sec. 3: ``Q = W^{Q,h}`` ``(H, D, k)``, ``V = W^{V,h}`` ``(H, D, m)``, ``O = W^O`` ``(H m, D')``.
+    """Kim et al. Sec. 3: ``Q = W^{Q,h}`` ``(H, D, k)``, ``V = W^{V,h}`` ``(H, D, m)``, ``W = W^O`` ``(H m, D')``.
 
     ``K = None`` ties the key weights to the query weights (``W^K = W^Q``, the Lipschitz case);
-    ``O = None`` concatenates the heads. ``tau = sqrt(k)`` is the paper's ``sqrt(D/H)``.
+    ``W = None`` concatenates the heads. ``tau = sqrt(k)`` is the paper's ``sqrt(D/H)``.
     """
 
     Q: Tensor
     V: Tensor
-    O: Tensor | None = None
+    W: Tensor | None = None
     K: Tensor | None = None
 
     def __post_init__(self) -> None:
         if self.Q.dim() != 3 or self.V.dim() != 3:
-            raise ValueError(f"Q and V must be (H, D, k) and (H, D, m); got Q {tuple(self.Q.shape)}, V {tuple(self.V.shape)}")
+            raise ValueError(f"Q and V must be (H, D, k) and (H, D, m); got Q {tuple(self.Q.shape)},"
+                             f" V {tuple(self.V.shape)}")
         if self.V.shape[:2] != self.Q.shape[:2]:
             raise ValueError(f"V must have the heads and D of Q {tuple(self.Q.shape[:2])}; got {tuple(self.V.shape)}")
         if self.K is not None and self.K.shape != self.Q.shape:
             raise ValueError(f"K must have the shape of Q {tuple(self.Q.shape)}; got {tuple(self.K.shape)}")
         H, m = self.V.shape[0], self.V.shape[2]
-        if self.O is not None and (self.O.dim() != 2 or self.O.shape[0] != H * m):
-            raise ValueError(f"O must be (H m, D') = ({H * m}, D'); got {tuple(self.O.shape)}")
+        if self.W is not None and (self.W.dim() != 2 or self.W.shape[0] != H * m):
+            raise ValueError(f"W must be (H m, D') = ({H * m}, D'); got {tuple(self.W.shape)}")
 
     @property
     def tied(self) -> bool:
@@ -70,7 +71,7 @@ class L2Heads:
         """The same heads in ``like``'s dtype and device."""
         def cast(t: Tensor | None) -> Tensor | None:
             return None if t is None else t.to(like)
-        return L2Heads(cast(self.Q), cast(self.V), cast(self.O), cast(self.K))
+        return L2Heads(cast(self.Q), cast(self.V), cast(self.W), cast(self.K))
 
 
 def random_l2_heads(D: int, H: int = 1, *, tied: bool = True, out: bool = True, scale: float = 1.0,
@@ -95,11 +96,11 @@ def l2_scores(X: Tensor, heads: L2Heads) -> Tensor:
     return (2 * q @ k.mT - q.square().sum(-1, keepdim=True) - k.square().sum(-1).unsqueeze(-2)) / heads.tau
 
 
-def _combine(heads_out: Tensor, O: Tensor | None) -> Tensor:
+def _combine(heads_out: Tensor, W: Tensor | None) -> Tensor:
     """Concatenate per-head outputs ``(B, H, n, m)`` and multiply by ``W^O``: ``(B, n, D')``."""
     B, H, n, m = heads_out.shape
     cat = heads_out.transpose(1, 2).reshape(B, n, H * m)
-    return cat if O is None else cat @ O
+    return cat if W is None else cat @ W
 
 
 def l2_attention(X: Tensor, heads: L2Heads, *, check: bool = True) -> Tensor:
@@ -111,7 +112,7 @@ def l2_attention(X: Tensor, heads: L2Heads, *, check: bool = True) -> Tensor:
         check_tokens(X)
     heads = heads.to(X)
     P = torch.softmax(l2_scores(X, heads), dim=-1)
-    return _combine(P @ (X.unsqueeze(1) @ heads.values), heads.O)
+    return _combine(P @ (X.unsqueeze(1) @ heads.values), heads.W)
 
 
 @dataclass
@@ -142,14 +143,14 @@ class L2Linearization:
         dS = c * (dq @ self.k.mT + self.q @ dk.mT - (self.k * dk).sum(-1).unsqueeze(-2))
         T = self.P * dS
         dO = T @ self.v - T.sum(-1, keepdim=True) * self.Oh + self.P @ dv
-        return _combine(dO, self.heads.O)
+        return _combine(dO, self.heads.W)
 
     def vjp(self, G: Tensor) -> Tensor:
         """``D_X Fᵀ (G)`` for a batch of cotangents ``(B, n, D')``: the adjoint of :meth:`jvp`."""
         G = G.to(self.P.dtype)
         B, n = G.shape[:2]
         H, m = self.v.shape[1], self.v.shape[-1]
-        Gc = G if self.heads.O is None else G @ self.heads.O.mT
+        Gc = G if self.heads.W is None else G @ self.heads.W.mT
         dO = Gc.view(B, n, H, m).transpose(1, 2)
         S = self.P * (dO @ self.v.mT - (dO * self.Oh).sum(-1, keepdim=True))
         c = 2 / self.heads.tau
@@ -185,7 +186,7 @@ class L2AttentionMap:
             P = torch.softmax(l2_scores(X.detach(), heads), dim=-1)
             v = Xh @ heads.values
             Oh = P @ v
-            lin = L2Linearization(heads, P, Xh @ heads.Q, Xh @ heads.keys, v, Oh, _combine(Oh, heads.O))
+            lin = L2Linearization(heads, P, Xh @ heads.Q, Xh @ heads.keys, v, Oh, _combine(Oh, heads.W))
         return lin
 
 

@@ -64,7 +64,7 @@ def theorem_3_2_inf(heads: L2Heads, N: int | Tensor) -> Tensor:
     """Theorem 3.2 (∞-norm): ``(4 φ⁻¹(N-1) + 1/τ) |W^Oᵀ|_∞ max_h |W^{Q,h}|_∞ |W^{Q,h}ᵀ|_∞ max_h |W^{V,h}ᵀ|_∞``."""
     _check_tied(heads)
     Q, V = heads.Q.double(), heads.V.double()
-    out = 1.0 if heads.O is None else _inf_norm(heads.O.double().mT)
+    out = 1.0 if heads.W is None else _inf_norm(heads.W.double().mT)
     weights = (_inf_norm(Q) * _inf_norm(Q.mT)).max() * _inf_norm(V.mT).max() * out
     return (4 * phi_inverse(torch.as_tensor(N) - 1) + 1 / heads.tau) * weights
 
@@ -75,7 +75,7 @@ def theorem_3_2_two(heads: L2Heads, N: int | Tensor, *, sharpened: bool = False)
     ``sharpened=True``: the constant ``2√2`` in place of ``4`` (chapter 31's derivation).
     """
     _check_tied(heads)
-    out = 1.0 if heads.O is None else _two_norm(heads.O)
+    out = 1.0 if heads.W is None else _two_norm(heads.W)
     weights = (_two_norm(heads.Q).pow(4) * _two_norm(heads.V).square()).sum().sqrt() * out
     c = 2 * math.sqrt(2) if sharpened else 4.0
     N = torch.as_tensor(N, dtype=torch.float64)
@@ -85,12 +85,12 @@ def theorem_3_2_two(heads: L2Heads, N: int | Tensor, *, sharpened: bool = False)
 def theorem_3_2_two_as_stated(heads: L2Heads, N: int | Tensor) -> Tensor:
     """Theorem 3.2 (2-norm) as our theory sheet writes it, with ``|W^{Q,h}|₂`` to the first power only."""
     _check_tied(heads)
-    out = 1.0 if heads.O is None else _two_norm(heads.O)
+    out = 1.0 if heads.W is None else _two_norm(heads.W)
     weights = (_two_norm(heads.Q).square() * _two_norm(heads.V).square()).sum().sqrt() * out
     N = torch.as_tensor(N, dtype=torch.float64)
     return N.sqrt() / heads.tau * (4 * phi_inverse(N - 1) + 1) * weights
 
 
 def exact_local_lipschitz_inf(fn: Callable[[Tensor], Tensor], X: Tensor) -> Tensor:
-    """The exact local constant for the ∞-norm: the largest absolute row sum of the dense float64 ``D_X fn``, ``(B,)``."""
+    """The exact local constant for the ∞-norm: largest absolute row sum of the dense float64 ``D_X fn``, ``(B,)``."""
     return _inf_norm(jacobian_matrix(fn, X))

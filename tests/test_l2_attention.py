@@ -79,7 +79,7 @@ def test_untied_constant_grows_like_t_squared_and_tied_stays_bounded() -> None:
 def test_bad_shapes_are_rejected() -> None:
     with pytest.raises(ValueError, match="V must"):
         L2Heads(torch.zeros(2, 4, 2), torch.zeros(1, 4, 2))
-    with pytest.raises(ValueError, match="O must"):
+    with pytest.raises(ValueError, match="W must"):
         L2Heads(torch.zeros(2, 4, 2), torch.zeros(2, 4, 2), torch.zeros(3, 4))
     with pytest.raises(ValueError, match="D = 5"):
         L2AttentionMap(random_l2_heads(4)).linearize(torch.zeros(1, 2, 5, dtype=torch.float64))

@@ -62,7 +62,7 @@ def test_optimised_inputs_come_close_to_the_inf_bound_and_stay_below() -> None:
 def test_sheet_two_norm_statement_fails_when_the_queries_are_scaled() -> None:
     """The map scales like ``|W^Q|²``: the sheet's first-power statement is beaten, the squared one is not."""
     heads = random_l2_heads(4, 1, seed=0)
-    big = L2Heads(Q=8 * heads.Q, V=heads.V, O=heads.O)
+    big = L2Heads(Q=8 * heads.Q, V=heads.V, W=heads.W)
     X = torch.randn(64, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) / 8
     local = exact_local_lipschitz(L2AttentionMap(big), X).max()
     assert local > theorem_3_2_two_as_stated(big, 4)
