@@ -65,16 +65,12 @@ def fixed_point_inverse(fn: Map, Y: Tensor, c: float, *, iterations: int = 50, X
     return FixedPointResult(Z, errs, torch.isfinite(errs[-1]) & (errs[-1] < tol))
 
 
-def geometric_rate(errors: Tensor, *, floor: float = 1e-13) -> Tensor:
-    """The contraction factor per iteration: ``exp`` of the least-squares slope of ``log error`` over the
-    iterations whose error is above ``floor`` (round-off), per column of ``errors`` ``(K, B)``."""
-    rates = []
-    for e in errors.T:
-        keep = torch.isfinite(e) & (e > floor)
-        k = torch.arange(len(e), dtype=torch.float64)[keep]
-        y = e[keep].double().log()
-        if len(k) < 3:
-            raise ValueError("fewer than three errors above the floor: no rate to fit")
-        kc = k - k.mean()
-        rates.append(torch.exp((kc * (y - y.mean())).sum() / kc.square().sum()))
+def geometric_rate(errors: Tensor, *, low: float = 1e-12, high: float = 1e-4) -> Tensor:
+    """The contraction factor per iteration near the fixed point: the median ratio ``e_{k+1} / e_k`` over the
+    steps whose error ``e_k`` lies in ``(low, high)`` (past the transient, above round-off), per column of
+    ``errors`` ``(K, B)``; NaN where fewer than two steps qualify."""
+    ratios = errors[1:] / errors[:-1]
+    keep = (errors[:-1] > low) & (errors[:-1] < high) & torch.isfinite(ratios)
+    rates = [r[k].median() if int(k.sum()) >= 2 else r.new_tensor(float("nan")) for r, k in zip(ratios.T, keep.T,
+                                                                                                 strict=True)]
     return torch.stack(rates)
