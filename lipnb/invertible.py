@@ -65,7 +65,7 @@ def fixed_point_inverse(fn: Map, Y: Tensor, c: float, *, iterations: int = 50, X
     return FixedPointResult(Z, errs, torch.isfinite(errs[-1]) & (errs[-1] < tol))
 
 
-def geometric_rate(errors: Tensor, *, low: float = 1e-12, high: float = 1e-4) -> Tensor:
+def geometric_rate(errors: Tensor, *, low: float = 1e-14, high: float = 1e-8) -> Tensor:
     """The contraction factor per iteration near the fixed point: the median ratio ``e_{k+1} / e_k`` over the
     steps whose error ``e_k`` lies in ``(low, high)`` (past the transient, above round-off), per column of
     ``errors`` ``(K, B)``; NaN where fewer than two steps qualify."""
