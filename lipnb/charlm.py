@@ -140,8 +140,9 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
                   device: torch.device | None = None, log_every: int = 10) -> list[dict]:
     """Train one model with Adam; rows ``{step, train_bpc, valid_bpc, diverged, seconds}`` every ``log_every`` steps.
 
-    ``valid_bpc`` is filled at the last step only (NaN elsewhere); a non-finite loss stops the run and marks it
-    ``diverged``.
+    ``train_bpc`` averages the training loss since the previous row, ``valid_bpc`` is measured on all of
+    ``valid``; a non-finite loss stops the run, with a last row marked ``diverged`` whose losses are ``inf``
+    (finite numbers only, so that the cached CSV keeps numeric columns).
     """
     device = device or torch.device("cpu")
     torch.manual_seed(config.seed)
@@ -152,21 +153,19 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
     for step in range(1, config.steps + 1):
         x, y = _batch(train, config, g)
         loss = nn.functional.cross_entropy(model(x.to(device)).flatten(0, 1), y.to(device).flatten())
-        diverged = not bool(torch.isfinite(loss))
-        if not diverged:
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            running.append(loss.item() / math.log(2))
-        if diverged or step % log_every == 0 or step == config.steps:
-            last = diverged or step == config.steps
-            rows.append({"step": step, "train_bpc": sum(running) / max(len(running), 1) if running else math.nan,
-                         "valid_bpc": (math.nan if diverged else _bits_per_char(model, valid, config, device))
-                         if last else math.nan,
-                         "diverged": diverged, "seconds": time.perf_counter() - start})
-            running = []
-        if diverged:
+        if not bool(torch.isfinite(loss)):
+            rows.append({"step": step, "train_bpc": math.inf, "valid_bpc": math.inf, "diverged": True,
+                         "seconds": time.perf_counter() - start})
             break
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running.append(loss.item() / math.log(2))
+        if step % log_every == 0 or step == config.steps:
+            rows.append({"step": step, "train_bpc": sum(running) / len(running),
+                         "valid_bpc": _bits_per_char(model, valid, config, device), "diverged": False,
+                         "seconds": time.perf_counter() - start})
+            running = []
     return rows
 
 
