@@ -94,6 +94,11 @@ def bounds_match_closed_forms() -> None:
     assert torch.isclose(bounds.theorem_3_5(A, V, R), v * (1 + 3 * a * R**2) * torch.exp(2 * a * R**2), rtol=1e-12)
     e3 = 3**0.5 * v * (a**2 * R**4 + 4 * n * R**2 * (a * R + c.norm()) ** 2 + n) ** 0.5
     assert torch.isclose(bounds.theorem_e_3(A, V, R, n, c), e3, rtol=1e-12)
+    sharp = 3**0.5 * v * (a**2 * R**4 + n * R**2 * (a * R + c.norm()) ** 2 + n) ** 0.5
+    assert torch.isclose(bounds.theorem_e_3_sharpened(A, V, R, n, c), sharp, rtol=1e-12)
+    log_sharp = torch.log(v) + torch.log(1 + 2 * a * R**2 + a * R**2 * torch.exp(-a * R**2)) + a * R**2
+    assert torch.isclose(bounds.log_theorem_3_5_sharpened(A, V, R), log_sharp, rtol=1e-12)
+    assert torch.isclose(bounds.log_theorem_3_5(A, V, R), bounds.theorem_3_5(A, V, R).log(), rtol=1e-12)
     heads = attention.MultiHead(A=torch.stack([A, 2 * A]), V=torch.stack([V, V]), W=torch.stack([V, 3 * V]))
     per_head = torch.stack([bounds.theorem_3_3(A, V, R, n), bounds.theorem_3_3(2 * A, V, R, n)])
     expected = torch.linalg.matrix_norm(heads.W, ord=2) @ per_head
@@ -347,6 +352,13 @@ MUTATIONS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
     "theorem_e_3 x0.5": (bounds, "theorem_e_3", _scaled(0.5), [bounds_match_closed_forms]),
     "lemma_3_8 x0.5": (bounds, "lemma_3_8", _scaled(0.5), [bounds_match_closed_forms]),
     "theorem_3_5 x0.5": (bounds, "theorem_3_5", _scaled(0.5), [bounds_match_closed_forms]),
+    "theorem_e_3_sharpened x0.5": (bounds, "theorem_e_3_sharpened", _scaled(0.5), [bounds_match_closed_forms]),
+    "log_theorem_3_5_sharpened + 1": (
+        bounds,
+        "log_theorem_3_5_sharpened",
+        lambda original: lambda *args, **kwargs: original(*args, **kwargs) + 1,
+        [bounds_match_closed_forms],
+    ),
     "theorem_c_3 x0.5": (bounds, "theorem_c_3", _scaled(0.5), [theorem_c3_chain_and_tightness]),
     "theorem_c_3 x2": (bounds, "theorem_c_3", _scaled(2.0), [theorem_c3_chain_and_tightness]),
     "lemma_c_7 x0.5": (bounds, "lemma_c_7", _scaled(0.5), [lemma_c7_attained]),
