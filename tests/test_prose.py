@@ -126,10 +126,11 @@ PENDING: dict[str, str] = {
 }
 
 
-@pytest.mark.parametrize("chapter", sorted(p.name for p in BOOK.glob("[0-9]*.md")))
+@pytest.mark.parametrize("chapter", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=PENDING[name], strict=False) if name in PENDING else ())
+    for name in sorted(p.name for p in BOOK.glob("[0-9]*.md"))
+])
 def test_no_typed_numbers_in_prose(chapter: str) -> None:
     """No chapter states a decimal number, a percentage or an approximate value in its prose."""
-    if chapter in PENDING:
-        pytest.xfail(PENDING[chapter])
     hits = prose_numbers(BOOK / chapter)
     assert not hits, "numbers typed into chapter prose (glue them):\n" + "\n".join(hits)
