@@ -77,7 +77,6 @@ from lipnb import benchmark, data, models, profiles
 from lipnb.lipschitz import NotConvergedWarning
 
 ROOT = Path(__file__).resolve().parents[1]
-PAPER_TOL, PAPER_MAX_ITER = 1e-4, 100
 LIPNB_TOL = 1e-4
 Map = Callable[[Tensor], Tensor]
 
@@ -85,37 +84,13 @@ Map = Callable[[Tensor], Tensor]
 # --------------------------------------------------------------------------- the methods
 
 
-def _norm(v: Tensor) -> Tensor:
-    """Euclidean norm by a cascade sum: torch's float32 CPU ``vector_norm`` drifts on long vectors (chapter 10)."""
-    return (v * v).sum().sqrt()
-
-
-def paper_power(fn: Map, x: Tensor, *, seed: int = 0) -> tuple[float, int]:
-    """App. E.1 on one input ``x`` ``(1, n, d)``: power iteration on ``JᵀJ`` with a fresh JVP and VJP per step."""
-    generator = torch.Generator(device=x.device).manual_seed(seed)
-    u = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-    u = u / _norm(u)
-    previous, steps = None, 0
-    while steps < PAPER_MAX_ITER:
-        steps += 1
-        _, Ju = torch.func.jvp(fn, (x,), (u,))
-        _, pullback = torch.func.vjp(fn, x)
-        (JtJu,) = pullback(Ju)
-        estimate = float((u * JtJu).sum())
-        u = JtJu / _norm(JtJu)
-        if previous is not None and abs(estimate - previous) < PAPER_TOL:
-            break
-        previous = estimate
-    return max(estimate, 0.0) ** 0.5, steps
-
-
 def run_paper(fn: Map, X: Tensor) -> dict[str, list]:
     values, iterations = [], []
     for i in range(len(X)):
-        value, steps = paper_power(fn, X[i:i + 1], seed=i)
+        value, steps = benchmark.paper_power_iteration(fn, X[i:i + 1], seed=i)
         values.append(value)
         iterations.append(steps)
-    return {"values": values, "iterations": iterations, "converged": [s < PAPER_MAX_ITER for s in iterations]}
+    return {"values": values, "iterations": iterations, "converged": [s < benchmark.PAPER_MAX_ITER for s in iterations]}
 
 
 def run_lipnb(fn: Map, X: Tensor, detailed: bool = False, **options: object) -> dict[str, list]:
@@ -486,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                      "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
                      "git": commit},
         "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "paper_method": {"tol": PAPER_TOL, "max_iter": PAPER_MAX_ITER, "dtype": "float32",
+        "paper_method": {"tol": benchmark.PAPER_TOL, "max_iter": benchmark.PAPER_MAX_ITER, "dtype": "float32",
                          "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},
         "lipnb_defaults": {"method": "lanczos", "tol": 1e-6, "max_iter": 200, "presolve": "auto"},
         "lipnb_tol": LIPNB_TOL,

@@ -1,5 +1,5 @@
-"""Recorded benchmarks of :func:`lipnb.local_lipschitz` against the paper's method (App. E.1): where they live,
-how to read them, how to tabulate them.
+"""Benchmarks of :func:`lipnb.local_lipschitz` against the paper's method (App. E.1): the paper's loop, and the
+recorded runs (where they live, how to read them, how to tabulate them).
 
 ``bench/lipschitz.py`` (in the repository) writes one JSON record per run. The records committed with
 lipnb ship inside the package (``lipnb/benchmark_records/``), so they are found after any install;
@@ -11,15 +11,22 @@ from __future__ import annotations
 import html
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
+from torch import Tensor
 
 __all__ = [
     "ENV_VAR",
     "METHOD_LABELS",
+    "PAPER_MAX_ITER",
+    "PAPER_TOL",
     "Table",
     "decomposition",
     "load_record",
+    "paper_power_iteration",
     "provenance",
     "record_path",
     "records_dir",
@@ -32,6 +39,38 @@ ENV_VAR = "LIPNB_BENCH_DIR"
 METHOD_LABELS = {"paper": "paper (App. E.1)", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
                  "lipnb-tight": "lipnb, tol 1e-6", "lipnb-autograd": "lipnb, autograd products",
                  "lipnb-f64": "lipnb, float64 products"}
+
+
+PAPER_TOL, PAPER_MAX_ITER = 1e-4, 100
+
+
+def _norm(v: Tensor) -> Tensor:
+    """Euclidean norm by a cascade sum: torch's float32 CPU ``vector_norm`` drifts on long vectors."""
+    return (v * v).sum().sqrt()
+
+
+def paper_power_iteration(fn: Callable[[Tensor], Tensor], x: Tensor, *, seed: int = 0) -> tuple[float, int]:
+    """App. E.1 as the paper runs it, on one input ``x`` ``(1, n, d)``: ``(Lip_x(fn) estimate, steps)``.
+
+    Each step a ``torch.func.jvp`` and a ``torch.func.vjp`` through ``fn`` (each re-running the forward
+    pass), then ``u <- JᵀJ u / ||JᵀJ u||``; it stops when the estimate of ``||J||²`` moves by less than
+    ``1e-4`` (absolute), after at most 100 steps. Norms are cascade sums, so the loop runs at its best.
+    """
+    generator = torch.Generator(device=x.device).manual_seed(seed)
+    u = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+    u = u / _norm(u)
+    previous, steps = None, 0
+    while steps < PAPER_MAX_ITER:
+        steps += 1
+        _, Ju = torch.func.jvp(fn, (x,), (u,))
+        _, pullback = torch.func.vjp(fn, x)
+        (JtJu,) = pullback(Ju)
+        estimate = float((u * JtJu).sum())
+        u = JtJu / _norm(JtJu)
+        if previous is not None and abs(estimate - previous) < PAPER_TOL:
+            break
+        previous = estimate
+    return max(estimate, 0.0) ** 0.5, steps
 
 
 def records_dir() -> Path:
