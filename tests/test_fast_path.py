@@ -335,7 +335,10 @@ def test_chunks_from_the_memory_estimate_give_the_same_values(gen: torch.Generat
     """A memory budget that fits two inputs splits the batch; values, iterations and vectors are unchanged."""
     heads = make_heads(gen, "low-rank")
     X = 2 * randn(gen, 5, 6, 6)
-    for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads)):
+    block = ResidualAttentionMap(MultiHeadMap(heads), 1 + randn(gen, 6), randn(gen, 6), 1e-5, True)
+    # the estimate of a composed linearization counts the attention's tensors inside it
+    assert lipschitz._state_bytes(block, X[:1]) > lipschitz._state_bytes(MultiHeadMap(heads), X[:1])
+    for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads), block):
         whole = local_lipschitz(fn, X, detailed=True)
         per_input = 3 * lipschitz._state_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
         monkeypatch.setattr(lipschitz, "_memory_budget", lambda device, b=per_input: 2 * b + 1)

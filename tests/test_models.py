@@ -336,3 +336,30 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
         models.attention_map(model, 0)(torch.zeros(1, 3, 5))
     with pytest.raises(TypeError, match="BertModel or GPT2Model"):
         models.head_matrices(nn.Linear(2, 2), 0)
+
+
+# -- device -----------------------------------------------------------------------------------
+
+
+def test_load_puts_the_model_on_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load`` follows ``lipnb.profiles.default_device()`` (the GPU when there is one) unless told."""
+    monkeypatch.setattr(models, "default_device", lambda: torch.device("meta"))
+    model, _ = models.load("gpt2-random")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    model, _ = models.load("gpt2-random", device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", models.KINDS)
+def test_maps_and_inputs_follow_a_gpu_model(loaded: dict[str, tuple], kind: str) -> None:
+    """On CUDA, inputs and maps follow the model, and the closed form gives the CPU's constants."""
+    model = copy.deepcopy(loaded["minilm-decoder"][0])
+    ids = _ids(loaded, "minilm-decoder")
+    X = models.attention_inputs(model, 1, ids, kind=kind)
+    on_cpu = local_lipschitz(models.attention_map(model, 1, kind), X)
+    model.cuda()
+    Xg = models.attention_inputs(model, 1, ids, kind=kind)
+    assert Xg.device.type == "cuda"
+    on_gpu = local_lipschitz(models.attention_map(model, 1, kind), Xg)
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-4, atol=0)
