@@ -50,8 +50,10 @@ __all__ = [
     "OfflineError",
     "attention_inputs",
     "attention_map",
+    "family",
     "head_matrices",
     "is_decoder",
+    "layer_module",
     "load",
     "num_layers",
 ]
@@ -151,7 +153,7 @@ def load(name: str, device: torch.device | str | None = None) -> tuple[PreTraine
     return model.to(default_device() if device is None else torch.device(device)), tokenizer
 
 
-def _family(model: nn.Module) -> str:
+def family(model: nn.Module) -> str:
     """``"bert"`` or ``"gpt2"``; ``TypeError`` for any other module."""
     if isinstance(model, BertModel):
         return "bert"
@@ -162,18 +164,18 @@ def _family(model: nn.Module) -> str:
 
 def is_decoder(model: nn.Module) -> bool:
     """Whether the model's self-attention is causal (Def 2.5): GPT-2 always, BERT when ``is_decoder``."""
-    return _family(model) == "gpt2" or bool(model.config.is_decoder)
+    return family(model) == "gpt2" or bool(model.config.is_decoder)
 
 
 def num_layers(model: nn.Module) -> int:
     """Number of transformer layers."""
-    _family(model)
+    family(model)
     return model.config.num_hidden_layers
 
 
-def _layer(model: nn.Module, layer: int) -> nn.Module:
+def layer_module(model: nn.Module, layer: int) -> nn.Module:
     """The ``layer``-th transformer layer (``BertLayer`` or ``GPT2Block``), range-checked."""
-    layers = model.encoder.layer if _family(model) == "bert" else model.h
+    layers = model.encoder.layer if family(model) == "bert" else model.h
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
     return layers[layer]
@@ -213,9 +215,9 @@ def head_matrices(model: nn.Module, layer: int) -> MultiHead:
     ``Conv1D`` stores ``(in, out)``; ``c_attn`` packs Q, K, V side by side and ``c_proj`` is the output.
     ``W_h`` is the output projection's columns ``h*k:(h+1)*k``.
     """
-    block = _layer(model, layer)
+    block = layer_module(model, layer)
     with torch.no_grad():
-        if _family(model) == "bert":
+        if family(model) == "bert":
             sa, out = block.attention.self, block.attention.output.dense
             return _multihead(sa.query.weight, sa.query.bias, sa.key.weight, sa.value.weight,
                               sa.value.bias, out.weight, out.bias, sa.num_attention_heads, sa.scaling)
@@ -253,17 +255,17 @@ def _check_input(X: Tensor, model: nn.Module) -> None:
 
 def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     """The HF self-attention module itself, with an explicit causal mask for decoders."""
-    block = _layer(model, layer)
-    module = block.attention.self if _family(model) == "bert" else block.attn
+    block = layer_module(model, layer)
+    module = block.attention.self if family(model) == "bert" else block.attn
     decoder = is_decoder(model)
     return lambda X: module(X, attention_mask=_causal_mask(X) if decoder else None)[0]
 
 
 def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     """The attention sub-layer as the model runs it (BERT post-LN, GPT-2 pre-LN), residual included."""
-    block = _layer(model, layer)
+    block = layer_module(model, layer)
     decoder = is_decoder(model)
-    if _family(model) == "bert":
+    if family(model) == "bert":
         return lambda X: block.attention(X, attention_mask=_causal_mask(X) if decoder else None)[0]
     return lambda X: X + block.attn(block.ln_1(X), attention_mask=_causal_mask(X))[0]
 
@@ -274,14 +276,14 @@ _MAPS = {"self": _self_map, "block": _block_map}
 def _closed_form(model: nn.Module, layer: int, kind: str) -> MultiHeadMap | ResidualAttentionMap:
     """``attention_map(model, layer, kind)`` built from the layer's weights, with closed-form products."""
     heads, masked = head_matrices(model, layer), is_decoder(model)
-    if kind == "mha" or (kind == "self" and _family(model) == "gpt2"):
+    if kind == "mha" or (kind == "self" and family(model) == "gpt2"):
         return MultiHeadMap(heads, masked=masked)
     if kind == "self":
         return MultiHeadMap(concat_heads(heads), masked=masked)   # BertSelfAttention: heads side by side
-    block = _layer(model, layer)
-    norm = block.attention.output.LayerNorm if _family(model) == "bert" else block.ln_1
+    block = layer_module(model, layer)
+    norm = block.attention.output.LayerNorm if family(model) == "bert" else block.ln_1
     return ResidualAttentionMap(MultiHeadMap(heads, masked=masked), norm.weight.detach(), norm.bias.detach(),
-                                norm.eps, post=_family(model) == "bert")
+                                norm.eps, post=family(model) == "bert")
 
 
 class LayerMap:
@@ -297,7 +299,7 @@ class LayerMap:
     def __init__(self, model: nn.Module, layer: int, kind: str) -> None:
         _check_kind(kind)
         self.model, self.layer, self.kind = model, layer, kind
-        self.params = list(_layer(model, layer).parameters())
+        self.params = list(layer_module(model, layer).parameters())
         self._module = _MAPS[kind](model, layer) if kind in _MAPS else None
         self._key: tuple | None = None
         self._map: MultiHeadMap | ResidualAttentionMap | None = None
@@ -347,8 +349,8 @@ class _StopForward(Exception):
 
 def _input_module(model: nn.Module, layer: int, kind: str) -> nn.Module:
     """The module whose first input is the input of ``attention_map(model, layer, kind)``."""
-    block = _layer(model, layer)
-    if _family(model) == "bert":
+    block = layer_module(model, layer)
+    if family(model) == "bert":
         return block.attention if kind == "block" else block.attention.self
     return block if kind == "block" else block.attn
 

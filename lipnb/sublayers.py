@@ -3,7 +3,7 @@
 BERT runs its attention post-LN, ``LayerNorm(X + f(X))``; GPT-2 pre-LN, ``X + f(LayerNorm(X))`` (Sec. 2.3).
 The Jacobian of either is a product of three closed forms: Lemma C.2's for the multi-head map ``f``
 (:class:`lipnb.attention.MultiHeadMap`), the identity for the residual, and LayerNorm's
-(:class:`LayerNormLinearization`). Products cost those of ``f`` plus a few passes over the tokens.
+(:class:`lipnb.normalization.LayerNormLinearization`). Products cost those of ``f`` plus a few passes over the tokens.
 """
 
 from __future__ import annotations
@@ -13,52 +13,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import AttentionLinearization, MultiHeadMap, check_tokens, layer_norm
+from .attention import AttentionLinearization, MultiHeadMap, check_tokens
+from .normalization import LayerNormLinearization, layer_norm
 
-__all__ = ["LayerNormLinearization", "ResidualAttentionMap", "SublayerLinearization"]
-
-
-class LayerNormLinearization:
-    """Sec. 2.3: the Jacobian of ``LayerNorm(x) = γ ⊙ z + β``, ``z = (x - mean x) / s``, ``s = sqrt(var x + eps)``.
-
-    Token by token, ``D LayerNorm(e) = γ ⊙ (e - mean e - z mean(z ⊙ e)) / s``: the projection in the
-    middle is symmetric, so ``Dᵀ(g)`` is the same formula applied to ``γ ⊙ g``. Stores ``z`` ``(B, n, d)``
-    and ``1 / s`` ``(B, n, 1)``.
-    """
-
-    def __init__(self, z: Tensor, inv_std: Tensor, gamma: Tensor, output: Tensor) -> None:
-        self.z, self.inv_std, self.gamma, self.output = z, inv_std, gamma, output
-
-    @classmethod
-    def at(cls, X: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> LayerNormLinearization:
-        """The LayerNorm of every token of ``X`` ``(B, n, d)`` and what its Jacobian needs."""
-        centred = X - X.mean(-1, keepdim=True)
-        inv_std = torch.rsqrt(centred.square().mean(-1, keepdim=True) + eps)
-        z = centred * inv_std
-        return cls(z, inv_std, gamma, torch.addcmul(beta, gamma, z))
-
-    def _project(self, E: Tensor) -> Tensor:
-        """``(e - mean e - z mean(z ⊙ e)) / s`` for every token."""
-        out = E - E.mean(-1, keepdim=True)
-        out.sub_(self.z * (self.z * E).mean(-1, keepdim=True))
-        return out.mul_(self.inv_std)
-
-    def jvp(self, E: Tensor) -> Tensor:
-        """``D LayerNorm(E)``."""
-        return self._project(E).mul_(self.gamma)
-
-    def vjp(self, G: Tensor) -> Tensor:
-        """``D LayerNormᵀ(G)``: the symmetric projection applied to ``γ ⊙ G``."""
-        return self._project(G * self.gamma)
-
-    def select(self, index: Tensor) -> LayerNormLinearization:
-        """The linearization at the inputs ``index`` only."""
-        return LayerNormLinearization(self.z[index], self.inv_std[index], self.gamma, self.output[index])
-
-    def to(self, dtype: torch.dtype) -> LayerNormLinearization:
-        """The same linearization with its tensors in ``dtype``."""
-        return LayerNormLinearization(self.z.to(dtype), self.inv_std.to(dtype), self.gamma.to(dtype),
-                                      self.output.to(dtype))
+__all__ = ["ResidualAttentionMap", "SublayerLinearization"]
 
 
 class SublayerLinearization:

@@ -26,7 +26,6 @@ from lipnb.attention import (
     MultiHead,
     MultiHeadMap,
     concat_heads,
-    layer_norm,
     multihead_attention,
 )
 from lipnb.lipschitz import (
@@ -38,7 +37,8 @@ from lipnb.lipschitz import (
     linearize,
     local_lipschitz,
 )
-from lipnb.sublayers import LayerNormLinearization, ResidualAttentionMap
+from lipnb.normalization import LayerNormLinearization, layer_norm
+from lipnb.sublayers import ResidualAttentionMap
 
 F64 = torch.float64
 

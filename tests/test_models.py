@@ -189,7 +189,7 @@ def _set_biases(model: nn.Module, layer: int, biases: str, gen: torch.Generator)
     """Layer ``layer``'s biases (LayerNorm's β included) as trained, drawn at random (and LayerNorm's γ
     too, so that every term of the products matters), or zero."""
     with torch.no_grad():
-        for name, p in models._layer(model, layer).named_parameters():
+        for name, p in models.layer_module(model, layer).named_parameters():
             if biases == "random":
                 if name.endswith("bias") or "ln" in name.lower() or "LayerNorm" in name:
                     p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
@@ -225,7 +225,7 @@ def test_every_map_has_closed_form_products(loaded: dict[str, tuple], double: di
                     a, b = a - identity, b - identity
                 torch.testing.assert_close(a, b, rtol=0, atol=1e-11 * float(b.abs().max()))
             with torch.no_grad():
-                next(models._layer(model, layer).parameters()).mul_(1.5)
+                next(models.layer_module(model, layer).parameters()).mul_(1.5)
 
 
 @pytest.mark.parametrize("name", OFFLINE)
