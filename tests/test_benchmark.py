@@ -38,6 +38,9 @@ def test_records_ship_with_lipnb_and_tabulate() -> None:
     ratio = benchmark.decomposition(row)        # the speedup splits exactly into its two factors
     assert ratio["speedup"] == row["speedup"]["lipnb"]
     assert ratio["speedup"] == pytest.approx(ratio["flops"] * ratio["rate"], rel=1e-9)
+    paper, ours = row["methods"]["paper"], row["methods"]["lipnb"]
+    assert benchmark.cpu_speedup(row) == paper["median_cpu_s"] / ours["median_cpu_s"]
+    assert benchmark.cpu_speedup(row, "paper") is None
 
 
 def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
