@@ -125,9 +125,9 @@ def decomposition(row: dict, method: str = "lipnb") -> dict[str, float]:
             "rate": ours["achieved_flops"] / paper["achieved_flops"]}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Table:
-    """A table that Jupyter shows as HTML and that prints as Markdown."""
+    """A table that Jupyter shows as HTML and that prints (and reprs) as Markdown."""
 
     header: list[str]
     rows: list[list[str]]
@@ -137,7 +137,7 @@ class Table:
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in self.rows)
         return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
-    def __str__(self) -> str:
+    def __repr__(self) -> str:
         lines = [self.header, ["---"] * len(self.header), *self.rows]
         return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
