@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lipnb import MultiHead, exact_local_lipschitz, jacobian_matrix, self_attention
+from lipnb import MultiHead, exact_local_lipschitz, jacobian_matrix, multihead_attention, self_attention
 from lipnb.bounds import (
     gamma,
     lemma_c_7,
@@ -16,6 +16,8 @@ from lipnb.bounds import (
     theorem_3_3,
     theorem_c_3,
     theorem_c_3_terms,
+    theorem_e_3,
+    theorem_e_3_sharpened,
 )
 from lipnb.inputs import adversarial_case, ball_tokens, head_spectra, lemma_c_7_input
 from lipnb.jacobian import lemma_c2_term_matrices
@@ -162,3 +164,21 @@ def test_real_sweeps_on_a_tiny_grid(tmp_path, monkeypatch: pytest.MonkeyPatch) -
     radius = table.pivot("radius", "layer", "head")[:, 0]
     adv = real_adversarial_sweep("minilm", 1, 0, radius[1].item(), [4, 8])
     assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_sharpened_theorem_e_3_bounds_the_dense_constant_and_the_data_bound(gen: torch.Generator, biased: bool) -> None:
+    """Theorem E.3 sharpened (chapters 3, 8): above Theorem C.3 and the dense constant on B_R^n, below E.3."""
+    d, n, R = 4, 5, 1.5
+    A, V = torch.randn(2, d, d, generator=gen, dtype=torch.float64) / d**0.5
+    c = torch.randn(d, generator=gen, dtype=torch.float64) if biased else None
+    X = torch.cat([ball_tokens(4, n, d, R, seed=3), lemma_c_7_input(A, R, n)])
+    heads = MultiHead(A=A[None], V=V[None], W=torch.eye(d, dtype=torch.float64)[None],
+                      score_bias=None if c is None else c[None])
+    lip = exact_local_lipschitz(lambda Z: multihead_attention(Z, heads), X)
+    sharp = theorem_e_3_sharpened(A, V, R, n, c)
+    assert bool((lip <= theorem_c_3(X, A, V, score_bias=c) * (1 + 1e-12)).all())
+    assert bool((theorem_c_3(X, A, V, score_bias=c) <= sharp).all()) and sharp <= theorem_e_3(A, V, R, n, c)
+    if c is None:
+        a, v = torch.linalg.matrix_norm(A, ord=2), torch.linalg.matrix_norm(V, ord=2)
+        assert torch.isclose(sharp, math.sqrt(3) * v * (a**2 * R**4 * (n + 1) + n) ** 0.5, rtol=1e-12)

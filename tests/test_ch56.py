@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from lipnb import exact_local_lipschitz, self_attention, weighted_operator_norm
-from lipnb.bounds import theorem_3_5, theorem_3_5_sharpened, theorem_3_7_limit, two_dirac_constant
+from lipnb.bounds import (
+    log_theorem_3_5,
+    log_theorem_3_5_sharpened,
+    theorem_3_5,
+    theorem_3_5_sharpened,
+    theorem_3_7_limit,
+    two_dirac_constant,
+)
 from lipnb.inputs import argmax_configuration, proposition_3_6_measure, repeat_tokens
 from lipnb.jacobian import attention_covariances, score_gaps, selection_jacobian
 from lipnb.measures import (
@@ -166,3 +173,14 @@ def test_two_dirac_constant_and_sharpened_bound(case: str) -> None:
     assert torch.allclose(lip, two_dirac_constant(g, R), rtol=1e-6)
     assert bool((lip <= theorem_3_5_sharpened(A, V, R)).all())
     assert bool((theorem_3_5_sharpened(A, V, R) <= theorem_3_5(A, V, R)).all())
+
+
+def test_log_forms_of_theorem_3_5_match_and_stay_finite() -> None:
+    """Theorem 3.5 and our sharpening in logarithms (chapter 6): the log of the direct forms, finite beyond."""
+    A, V = torch.diag(torch.tensor([1.0, -0.5, 0.2], dtype=f64)), 2 * torch.eye(3, dtype=f64)
+    R = torch.tensor([0.0, 0.5, 3.0, 10.0], dtype=f64)
+    assert torch.allclose(log_theorem_3_5(A, V, R), theorem_3_5(A, V, R).log(), rtol=1e-12)
+    assert torch.allclose(log_theorem_3_5_sharpened(A, V, R), theorem_3_5_sharpened(A, V, R).log(), rtol=1e-12)
+    huge = torch.tensor([1e3], dtype=f64)
+    assert bool(torch.isfinite(log_theorem_3_5(A, V, huge)).all())
+    assert not bool(torch.isfinite(theorem_3_5(A, V, huge)).all())
