@@ -1,4 +1,4 @@
-"""How fast is ``lipnb.local_lipschitz``? The paper's method and ours, side by side, on the same inputs (issue #4).
+"""How fast is ``lipnb.local_lipschitz``? The paper's method and ours, side by side, on the same inputs.
 
 For each sequence length ``n`` the inputs are ``batch`` runs of ``n`` consecutive tokens of *Alice in
 Wonderland*, taken where they enter the attention layer of a real model (``lipnb.models.attention_inputs``).
@@ -6,12 +6,13 @@ On these inputs, in one process, interleaved and repeated (medians reported):
 
 ``paper``
     App. E.1 as the paper runs it: one input at a time, in float32, through the Hugging Face module
-    (``attention_map(model, layer, kind)``); each step a ``torch.func.jvp`` and a ``torch.func.vjp``
-    (both re-running the forward pass), then ``u <- JᵀJu / ||JᵀJu||``; stop when the estimate of
-    ``||J||²`` moves by less than ``1e-4``, at most 100 steps.
+    (calling ``attention_map(model, layer, kind)`` runs it); each step a ``torch.func.jvp`` and a
+    ``torch.func.vjp`` (both re-running the forward pass), then ``u <- JᵀJu / ||JᵀJu||``; stop when the
+    estimate of ``||J||²`` moves by less than ``1e-4``, at most 100 steps.
 ``lipnb``
-    ``lipnb.local_lipschitz`` on the closed-form map ``lipnb.attention.MultiHeadMap`` (Lemma C.2; proven
-    equal to the module in tests/test_fast_path.py) with ``tol=1e-4``: the relative residual of ``σ²``
+    ``lipnb.local_lipschitz(attention_map(model, layer, kind), X, tol=1e-4)``, as a user calls it: the
+    map's closed-form products (Lemma C.2, with LayerNorm and the residual for ``kind="block"``; equal
+    to the module in tests/test_models.py) with ``tol=1e-4``: the relative residual of ``σ²``
     at most ``1e-4``, so ``σ`` within ``5e-5`` of the singular value it approximates, the accuracy the
     issue asks of both methods. Default ``presolve="auto"``: bfloat16 starting vectors where the device
     multiplies bfloat16 natively. Timed as a user calls it, values only (the paper's method returns
@@ -22,24 +23,27 @@ On these inputs, in one process, interleaved and repeated (medians reported):
 ``lipnb-tight`` (full runs)
     ``lipnb.local_lipschitz`` with every default (``tol=1e-6``).
 ``lipnb-autograd`` (full runs)
-    as ``lipnb`` on the Hugging Face module itself (double-backward linearization; no presolve).
+    as ``lipnb`` on ``lambda X: f(X)``, which hides the closed form: autograd through the Hugging Face
+    module (double-backward linearization; no presolve).
 ``lipnb-f64`` (full runs)
-    as ``lipnb`` with float64 products.
+    as ``lipnb`` with float64 products (``dtype=torch.float64`` on the map's ``closed_form()``).
 
 Accuracy: every estimate is compared with a tightly converged reference, float64 ARPACK Lanczos
 (``scipy.sparse.linalg.eigsh``, tol 1e-12) on the closed-form float64 products, certified on the
 float64 Hugging Face module by the Rayleigh quotient and residual of the returned vector.
 Cost: FLOPs per Jacobian product counted by ``torch.utils.flop_counter`` on one input; the time the
-counted FLOPs would take at the peak of a large matrix product timed in the same run (per dtype:
-float32, and bfloat16 for the presolve's products), as a fraction of the measured time; peak memory.
+counted FLOPs would take at the peak of a large matrix product timed in the same run (for the dtypes
+the run used: float32, float64 when timed, bfloat16 only when a presolve ran), as a fraction of the
+measured time; the time of one forward pass of the module on the batch; peak memory per input.
 
 Usage::
 
     python bench/lipschitz.py                 # full: n = 32, 128, 512 (batch 32; 8 at n = 512 on CPU)
-    python bench/lipschitz.py --quick         # < 2 min on a 2-core CPU: n = 16, 32, batch 3
+    python bench/lipschitz.py --quick         # about 1 min on a 2-core CPU: n = 16, 32, batch 3
     python bench/lipschitz.py --n 64 256 --batch 16 --device cuda --models minilm:2 gpt2-random:6
 
-Results go to ``bench/results/lipschitz-<device>[-quick].json`` (``--out`` to change).
+Results go to ``lipnb.benchmark.record_path("lipschitz-<device>[-quick]")`` (the records shipped with
+lipnb, or ``$LIPNB_BENCH_DIR``; ``--out`` to change).
 """
 
 from __future__ import annotations
@@ -69,13 +73,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 import lipnb
-from lipnb import data, models, profiles
-from lipnb.attention import MultiHeadMap, concat_heads
-from lipnb.lipschitz import NotConvergedWarning, _chunk_size, _norms
+from lipnb import benchmark, data, models, profiles
+from lipnb.lipschitz import NotConvergedWarning
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
-PAPER_TOL, PAPER_MAX_ITER = 1e-4, 100
 LIPNB_TOL = 1e-4
 Map = Callable[[Tensor], Tensor]
 
@@ -83,32 +84,13 @@ Map = Callable[[Tensor], Tensor]
 # --------------------------------------------------------------------------- the methods
 
 
-def paper_power(fn: Map, x: Tensor, *, seed: int = 0) -> tuple[float, int]:
-    """App. E.1 on one input ``x`` ``(1, n, d)``: power iteration on ``JᵀJ`` with a fresh JVP and VJP per step."""
-    generator = torch.Generator(device=x.device).manual_seed(seed)
-    u = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-    u = u / _norms(u)
-    previous, steps = None, 0
-    while steps < PAPER_MAX_ITER:
-        steps += 1
-        _, Ju = torch.func.jvp(fn, (x,), (u,))
-        _, pullback = torch.func.vjp(fn, x)
-        (JtJu,) = pullback(Ju)
-        estimate = float((u * JtJu).sum())
-        u = JtJu / _norms(JtJu)           # torch's float32 CPU norm drifts on long vectors (see lipnb._norms)
-        if previous is not None and abs(estimate - previous) < PAPER_TOL:
-            break
-        previous = estimate
-    return max(estimate, 0.0) ** 0.5, steps
-
-
 def run_paper(fn: Map, X: Tensor) -> dict[str, list]:
     values, iterations = [], []
     for i in range(len(X)):
-        value, steps = paper_power(fn, X[i:i + 1], seed=i)
+        value, steps = benchmark.paper_power_iteration(fn, X[i:i + 1], seed=i)
         values.append(value)
         iterations.append(steps)
-    return {"values": values, "iterations": iterations, "converged": [s < PAPER_MAX_ITER for s in iterations]}
+    return {"values": values, "iterations": iterations, "converged": [s < benchmark.PAPER_MAX_ITER for s in iterations]}
 
 
 def run_lipnb(fn: Map, X: Tensor, detailed: bool = False, **options: object) -> dict[str, list]:
@@ -123,26 +105,17 @@ def run_lipnb(fn: Map, X: Tensor, detailed: bool = False, **options: object) -> 
             "presolve_iterations": res.presolve_iterations.tolist(), "converged": res.converged.tolist()}
 
 
-def closed_form_map(model: torch.nn.Module, layer: int, kind: str) -> MultiHeadMap:
-    """``attention_map(model, layer, kind)`` as a :class:`MultiHeadMap` (``kind`` ``"self"`` or ``"mha"``)."""
-    heads = models.head_matrices(model, layer)
-    if kind == "self" and model.config.model_type == "bert":
-        heads = concat_heads(heads)          # BertSelfAttention: the heads side by side, no output projection
-    elif kind not in ("self", "mha"):
-        raise ValueError(f"no closed form for kind={kind!r}")
-    return MultiHeadMap(heads, masked=models.is_decoder(model))
-
-
 # --------------------------------------------------------------------------- reference values
 
 
-def reference(fast64: MultiHeadMap, module64: Map, X: Tensor) -> dict[str, list]:
-    """Float64 ARPACK Lanczos (tol 1e-12) per input, certified on the float64 module."""
+def reference(map64: models.LayerMap, X: Tensor) -> dict[str, list]:
+    """Float64 ARPACK Lanczos (tol 1e-12) per input on the closed-form products, certified on the float64
+    module (what calling ``map64`` runs)."""
     values, agreement, residuals, products = [], [], [], []
     X64 = X.double()
     for i in range(len(X64)):
         x = X64[i:i + 1]
-        lin = fast64.linearize(x)
+        lin = map64.linearize(x)
         count = [0]
 
         def matvec(v: np.ndarray, lin=lin, x=x, count=count) -> np.ndarray:
@@ -156,8 +129,8 @@ def reference(fast64: MultiHeadMap, module64: Map, X: Tensor) -> dict[str, list]
         lam, vec = eigsh(op, k=1, which="LA", tol=1e-12, v0=v0, ncv=min(N - 1, 24))
         lam = float(lam[0])
         u = torch.from_numpy(vec[:, 0].copy()).to(x.device).view_as(x)
-        _, Ju = torch.func.jvp(module64, (x,), (u,))
-        _, pullback = torch.func.vjp(module64, x)
+        _, Ju = torch.func.jvp(map64, (x,), (u,))
+        _, pullback = torch.func.vjp(map64, x)
         (JtJu,) = pullback(Ju)
         theta = float(Ju.square().sum())
         values.append(lam ** 0.5)
@@ -225,11 +198,11 @@ def timed(fn: Callable[[], dict], device: torch.device) -> tuple[dict, float, fl
 
 def peak_flops(device: torch.device, dtype: torch.dtype = torch.float32) -> float:
     """FLOP/s of a large square matrix product (best of several), the machine's practical peak."""
-    size = 8192 if device.type == "cuda" else 2048
+    size = 8192 if device.type == "cuda" else 1536
     a = torch.randn(size, size, device=device, dtype=dtype)
     b = torch.randn(size, size, device=device, dtype=dtype)
     best = float("inf")
-    for _ in range(6):
+    for _ in range(4):
         _sync(device)
         start = time.perf_counter()
         a @ b
@@ -309,165 +282,122 @@ def git_commit() -> str:
 # --------------------------------------------------------------------------- the benchmark
 
 
-def relative_errors(values: list[float], ref: list[float]) -> list[float]:
-    return [abs(v - r) / r for v, r in zip(values, ref, strict=True)]
-
-
 def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], methods: list[str],
-                repeats: int, device: torch.device, kind: str, peaks: dict[str, float],
-                log: Callable[[str], None]) -> list[dict]:
+                repeats: int, device: torch.device, kinds: list[str], log: Callable[[str], None]) -> list[dict]:
     name, layer = spec.split(":")
     layer = int(layer)
-    model, tokenizer = models.load(name)
-    model = model.to(device)
-    module = models.attention_map(model, layer, kind)
-    fast = closed_form_map(model, layer, kind)
+    model, tokenizer = models.load(name, device=device)
     model64 = copy.deepcopy(model).double()
-    module64 = models.attention_map(model64, layer, kind)
-    fast64 = closed_form_map(model64, layer, kind)
     batches = {n: batch_for(n) for n in lengths}
     ids = data.token_sequences(data.alice_text(), tokenizer, lengths, max(batches.values()))
-    lipnb_runs: dict[str, tuple[Map, dict]] = {
-        "lipnb": (fast, {"tol": LIPNB_TOL}),
-        "lipnb-f32": (fast, {"tol": LIPNB_TOL, "presolve": None}),
-        "lipnb-tight": (fast, {}),
-        "lipnb-autograd": (module, {"tol": LIPNB_TOL}),
-        "lipnb-f64": (fast, {"tol": LIPNB_TOL, "dtype": torch.float64}),
-    }
-    runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X: run_paper(module, X)} | {
-        m: lambda X, fn=fn, options=options: run_lipnb(fn, X, **options) for m, (fn, options) in lipnb_runs.items()}
-    fns = {"paper": module} | {m: fn for m, (fn, _) in lipnb_runs.items()}
-    presolve_dtype = torch.bfloat16
     rows = []
-    for n in lengths:
-        B = batches[n]
-        X = models.attention_inputs(model, layer, ids[n][:B].to(device), kind=kind)
-        log(f"\n{name} layer {layer} ({kind}), n = {n}, batch {B}, d = {X.shape[-1]}, device {device}")
-        t0 = time.perf_counter()
-        ref = reference(fast64, module64, X)
-        log(f"  reference: float64 ARPACK in {time.perf_counter() - t0:.1f} s "
-            f"({statistics.mean(ref['arpack_products']):.0f} products/input); module Rayleigh gap "
-            f"{max(ref['module_rayleigh_gap']):.1e}, module residual {max(ref['module_residual']):.1e}")
-        timings: dict[str, dict] = {m: {"wall": [], "cpu": [], "peak_MiB": []} for m in methods}
-        results: dict[str, dict] = {}
-        for rep in range(repeats):
-            order = methods[rep % len(methods):] + methods[: rep % len(methods)]   # rotate: interleaved
-            for method in order:
-                result, wall, cpu, mem = timed(lambda method=method, X=X: runners[method](X), device)
-                timings[method]["wall"].append(wall)
-                timings[method]["cpu"].append(cpu)
-                timings[method]["peak_MiB"].append(mem)
-                results[method] = result
-        for method in [m for m in methods if m in lipnb_runs]:     # iteration counts, from an untimed twin run
-            fn, options = lipnb_runs[method]
-            details = run_lipnb(fn, X, detailed=True, **options)
-            if max(relative_errors(details["values"], results[method]["values"])) > 1e-6:
-                raise RuntimeError(f"{method}: the detailed run disagrees with the timed one")
-            results[method] = details
-        row = {"model": name, "layer": layer, "kind": kind, "n": n, "batch": B, "d": int(X.shape[-1]),
-               "reference": ref, "methods": {}}
-        x1 = X[:1]
-        for method in methods:
-            res, tm = results[method], timings[method]
-            errors = relative_errors(res["values"], ref["values"])
-            x = x1.double() if method == "lipnb-f64" else x1
-            flops = flops_per_product(method, fns[method], x)
-            products, presolved = sum(res["iterations"]), sum(res.get("presolve_iterations", [0]))
-            total_flops = (products + presolved) * flops["product"] + B * flops["linearize"]
-            ideal = ((products * flops["product"] + B * flops["linearize"]) / peaks[str(x.dtype)[6:]]
-                     + presolved * flops["product"] / peaks[str(presolve_dtype)[6:]])
-            wall = statistics.median(tm["wall"])
-            row["methods"][method] = {
-                "wall_s": tm["wall"], "cpu_s": tm["cpu"], "median_wall_s": wall,
-                "median_cpu_s": statistics.median(tm["cpu"]), "per_input_s": wall / B,
-                "peak_MiB": max(tm["peak_MiB"]), "iterations": res["iterations"],
-                "mean_iterations": sum(res["iterations"]) / B, "mean_presolve_iterations": presolved / B,
-                "converged": sum(res["converged"]),
-                "values": res["values"], "max_rel_error": max(errors),
-                "median_rel_error": statistics.median(errors),
-                "flops_per_product": flops["product"], "flops_linearize": flops["linearize"],
-                "achieved_flops": total_flops / wall, "fraction_of_peak": ideal / wall,
-            }
-        row["lipnb_chunk"] = _chunk_size(fast, X, 72)          # inputs per chunk from the memory estimate
-        row["cost_model"] = fast.flops(n)
-        paper_wall = row["methods"]["paper"]["median_wall_s"] if "paper" in methods else None
-        row["speedup"] = {m: paper_wall / v["median_wall_s"] for m, v in row["methods"].items()
-                          if paper_wall is not None and m != "paper"}
-        rows.append(row)
+    for kind in kinds:
+        f = models.attention_map(model, layer, kind)
+        map64 = models.attention_map(model64, layer, kind)
+        lipnb_runs: dict[str, tuple[Map, dict]] = {
+            "lipnb": (f, {"tol": LIPNB_TOL}),
+            "lipnb-f32": (f, {"tol": LIPNB_TOL, "presolve": None}),
+            "lipnb-tight": (f, {}),
+            "lipnb-autograd": (lambda X, f=f: f(X), {"tol": LIPNB_TOL}),
+            "lipnb-f64": (f.closed_form(), {"tol": LIPNB_TOL, "dtype": torch.float64}),
+        }
+        runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X, f=f: run_paper(f, X)} | {
+            m: lambda X, fn=fn, options=options: run_lipnb(fn, X, **options) for m, (fn, options) in lipnb_runs.items()}
+        for n in lengths:
+            rows.append(bench_inputs(name, layer, kind, n, batches[n], ids[n], model, f, map64, lipnb_runs, runners,
+                                     methods, repeats, device, log))
+    return rows
+
+
+def bench_inputs(name: str, layer: int, kind: str, n: int, B: int, ids: Tensor, model: torch.nn.Module,
+                 f: models.LayerMap, map64: models.LayerMap, lipnb_runs: dict[str, tuple[Map, dict]],
+                 runners: dict[str, Callable[[Tensor], dict]], methods: list[str], repeats: int,
+                 device: torch.device, log: Callable[[str], None]) -> dict:
+    """Every method on the ``B`` inputs of ``n`` tokens, interleaved and repeated; one row of the record."""
+    X = models.attention_inputs(model, layer, ids[:B].to(device), kind=kind)
+    log(f"\n{name} layer {layer} ({kind}), n = {n}, batch {B}, d = {X.shape[-1]}, device {device}")
+    t0 = time.perf_counter()
+    ref = reference(map64, X)
+    log(f"  reference: float64 ARPACK in {time.perf_counter() - t0:.1f} s "
+        f"({statistics.mean(ref['arpack_products']):.0f} products/input); module Rayleigh gap "
+        f"{max(ref['module_rayleigh_gap']):.1e}, module residual {max(ref['module_residual']):.1e}")
+    timings: dict[str, dict] = {m: {"wall": [], "cpu": [], "peak_MiB": []} for m in methods}
+    forward: list[float] = []
+    results: dict[str, dict] = {}
+    for rep in range(repeats):
+        order = methods[rep % len(methods):] + methods[: rep % len(methods)]   # rotate: interleaved
+        for method in order:
+            result, wall, cpu, mem = timed(lambda method=method: runners[method](X), device)
+            timings[method]["wall"].append(wall)
+            timings[method]["cpu"].append(cpu)
+            timings[method]["peak_MiB"].append(mem)
+            results[method] = result
+        with torch.no_grad():
+            forward.append(timed(lambda: {"Y": f(X)}, device)[1])
+    for method in [m for m in methods if m in lipnb_runs]:     # iteration counts, from an untimed twin run
+        fn, options = lipnb_runs[method]
+        details = run_lipnb(fn, X, detailed=True, **options)
+        if max(benchmark.relative_errors(details["values"], results[method]["values"])) > 1e-6:
+            raise RuntimeError(f"{method}: the detailed run disagrees with the timed one")
+        results[method] = details
+    row = {"model": name, "layer": layer, "kind": kind, "n": n, "batch": B, "d": int(X.shape[-1]),
+           "reference": ref, "forward_s": statistics.median(forward), "cost_model": f.flops(n), "methods": {}}
+    fns = {"paper": f} | {m: fn for m, (fn, _) in lipnb_runs.items()}
+    for method in methods:
+        res, tm = results[method], timings[method]
+        errors = benchmark.relative_errors(res["values"], ref["values"])
+        x = X[:1].double() if method == "lipnb-f64" else X[:1]
+        flops = flops_per_product(method, fns[method], x)
+        wall = statistics.median(tm["wall"])
+        row["methods"][method] = {
+            "wall_s": tm["wall"], "cpu_s": tm["cpu"], "median_wall_s": wall,
+            "median_cpu_s": statistics.median(tm["cpu"]), "per_input_s": wall / B,
+            "peak_MiB": max(tm["peak_MiB"]), "iterations": res["iterations"],
+            "mean_iterations": sum(res["iterations"]) / B,
+            "mean_presolve_iterations": sum(res.get("presolve_iterations", [0])) / B,
+            "dtype": str(x.dtype)[6:], "converged": sum(res["converged"]),
+            "values": res["values"], "max_rel_error": max(errors),
+            "median_rel_error": statistics.median(errors),
+            "flops_per_product": flops["product"], "flops_linearize": flops["linearize"],
+        }
+    paper_wall = row["methods"]["paper"]["median_wall_s"] if "paper" in methods else None
+    row["speedup"] = {m: paper_wall / v["median_wall_s"] for m, v in row["methods"].items()
+                      if paper_wall is not None and m != "paper"}
+    return row
+
+
+def add_rates(rows: list[dict], peaks: dict[str, float], presolve_dtype: str = "bfloat16") -> None:
+    """Achieved FLOP/s of each method, and the fraction of its time that the counted FLOPs would take at
+    the measured matrix-product peaks (the presolve's products at the ``presolve_dtype`` peak)."""
+    for row in rows:
+        B = row["batch"]
+        for v in row["methods"].values():
+            products, presolved = v["mean_iterations"] * B, v["mean_presolve_iterations"] * B
+            total = (products + presolved) * v["flops_per_product"] + B * v["flops_linearize"]
+            ideal = (products * v["flops_per_product"] + B * v["flops_linearize"]) / peaks[v["dtype"]]
+            if presolved:
+                ideal += presolved * v["flops_per_product"] / peaks[presolve_dtype]
+            v["achieved_flops"] = total / v["median_wall_s"]
+            v["fraction_of_peak"] = ideal / v["median_wall_s"]
+
+
+def log_rows(rows: list[dict], log: Callable[[str], None]) -> None:
+    for row in rows:
+        log(f"\n{row['model']} layer {row['layer']} ({row['kind']}), n = {row['n']}, batch {row['batch']}: "
+            f"forward pass {row['forward_s'] * 1e3:.1f} ms")
         for method, v in row["methods"].items():
             log(f"  {method:15} {v['median_wall_s']:8.2f} s ({v['per_input_s'] * 1e3:8.1f} ms/input, "
                 f"cpu {v['median_cpu_s']:7.2f} s)  steps {v['mean_iterations']:5.1f} "
                 f"+{v['mean_presolve_iterations']:4.1f} bf16 (max "
-                f"{max(v['iterations']):3d})  conv {v['converged']}/{B}  max err {v['max_rel_error']:.1e}  "
-                f"peak {v['peak_MiB']:7.1f} MiB  {v['achieved_flops'] / 1e9:6.1f} GFLOP/s "
+                f"{max(v['iterations']):3d})  conv {v['converged']}/{row['batch']}  max err {v['max_rel_error']:.1e}  "
+                f"peak {v['peak_MiB'] / row['batch']:7.1f} MiB/input  {v['achieved_flops'] / 1e9:6.1f} GFLOP/s "
                 f"({100 * v['fraction_of_peak']:.0f}% of peak)"
                 + (f"  speedup {row['speedup'][method]:5.1f}x" if method in row["speedup"] else ""))
-    return rows
-
-
-# --------------------------------------------------------------------------- reading the results
-
-
-METHOD_LABELS = {"paper": "paper (App. E.1)", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
-                 "lipnb-tight": "lipnb, tol 1e-6", "lipnb-autograd": "lipnb, autograd products",
-                 "lipnb-f64": "lipnb, float64 products"}
-
-
-def load(path: Path) -> dict | None:
-    """A recorded benchmark, or ``None`` when the file does not exist."""
-    return json.loads(Path(path).read_text()) if Path(path).exists() else None
-
-
-def provenance(record: dict) -> str:
-    """One line: when, where and with what the benchmark ran."""
-    versions = record["versions"]
-    return (f"{record['date'][:10]}, {record['device_name']} ({record['device']}, {record['threads']} threads, "
-            f"load average {record['load_average']['start'][0]}), torch {versions['torch']}, lipnb "
-            f"{versions['lipnb']} (git {versions['git']}), matrix-product peaks "
-            + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in peaks(record).items()) + " GFLOP/s")
-
-
-def peaks(record: dict) -> dict[str, float]:
-    """The measured matrix-product peak of each dtype (float32 only in records older than the presolve)."""
-    return record.get("peak_flops_by_dtype", {"float32": record["peak_flops"]})
-
-
-def presolve_note(v: dict) -> str:
-    presolved = v.get("mean_presolve_iterations", 0)
-    return f" (+ {presolved:.1f})" if presolved else ""
-
-
-def markdown_table(record: dict) -> str:
-    """The benchmark as a Markdown table, one line per (model, n, method)."""
-    lines = ["| model | n | inputs | method | ms / estimate | speedup | JᵀJ products / estimate (+ bfloat16) | "
-             "MFLOP / product | GFLOP/s (% of peak) | peak MiB | max rel. error | converged |",
-             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for row in record["runs"]:
-        for method, v in row["methods"].items():
-            speedup = row["speedup"].get(method)
-            lines.append(
-                f"| {row['model']} L{row['layer']} | {row['n']} | {row['batch']} | {METHOD_LABELS[method]} | "
-                f"{v['per_input_s'] * 1e3:.1f} | {'' if speedup is None else f'{speedup:.1f}x'} | "
-                f"{v['mean_iterations']:.1f}{presolve_note(v)} | {v['flops_per_product'] / 1e6:.0f} | "
-                f"{v['achieved_flops'] / 1e9:.1f} ({100 * v['fraction_of_peak']:.0f}%) | {v['peak_MiB']:.0f} | "
-                f"{v['max_rel_error']:.1e} | {v['converged']}/{row['batch']} |")
-    return "\n".join(lines)
-
-
-def decomposition(row: dict, method: str = "lipnb") -> dict[str, float]:
-    """The speedup of ``method`` over the paper's loop as (FLOPs per estimate ratio) x (FLOP rate ratio)."""
-    paper, ours = row["methods"]["paper"], row["methods"][method]
-    steps_ours = ours["mean_iterations"] + ours.get("mean_presolve_iterations", 0)
-    flops_paper = paper["flops_per_product"] * paper["mean_iterations"]
-    flops_ours = ours["flops_per_product"] * steps_ours + ours["flops_linearize"]
-    return {"speedup": row["speedup"][method], "flops_per_step": paper["flops_per_product"] / ours["flops_per_product"],
-            "steps": paper["mean_iterations"] / steps_ours, "flops": flops_paper / flops_ours,
-            "rate": ours["achieved_flops"] / paper["achieved_flops"]}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="n = 16, 32, batch 3, 2 repeats (< 2 min on CPU)")
+    parser.add_argument("--quick", action="store_true", help="n = 16, 32, batch 3, 2 repeats (about 1 min on CPU)")
     parser.add_argument("--n", type=int, nargs="+", help="sequence lengths (default 32 128 512)")
     parser.add_argument("--batch", type=int, help="inputs per length (default 32)")
     parser.add_argument("--batch-large", type=int, default=None,
@@ -476,9 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: lipnb.profiles.default_device())")
     parser.add_argument("--models", nargs="+", default=None,
                         help="model:layer specs (default minilm:2; on CUDA also gpt2-random:6 at n = 512)")
-    parser.add_argument("--kind", default="self", choices=["self", "mha"], help="attention_map kind")
-    parser.add_argument("--methods", nargs="+", default=None,
-                        choices=list(METHOD_LABELS))
+    parser.add_argument("--kind", nargs="+", default=["self"], choices=list(models.KINDS),
+                        help="attention_map kinds (default self)")
+    parser.add_argument("--methods", nargs="+", default=None, choices=list(benchmark.METHOD_LABELS))
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = parser.parse_args(argv)
@@ -492,9 +422,9 @@ def main(argv: list[str] | None = None) -> int:
     batch = args.batch or (3 if quick else 32)
     batch_large = args.batch_large or (8 if device.type == "cpu" else batch)
     repeats = args.repeats or (2 if quick else 3)
-    methods = args.methods or (["paper", "lipnb"] if quick else list(METHOD_LABELS))
+    methods = args.methods or (["paper", "lipnb"] if quick else list(benchmark.METHOD_LABELS))
     specs = args.models or (["minilm:2"] if device.type == "cpu" or quick else ["minilm:2", "gpt2-random:6"])
-    out = args.out or RESULTS / f"lipschitz-{device.type}{'-quick' if quick else ''}.json"
+    out = args.out or benchmark.record_path(f"lipschitz-{device.type}{'-quick' if quick else ''}")
     torch.manual_seed(0)
 
     def log(line: str) -> None:
@@ -502,16 +432,22 @@ def main(argv: list[str] | None = None) -> int:
 
     started, commit = dt.datetime.now(dt.timezone.utc), git_commit()       # the code as imported
     load_start = load_average()
-    peaks = {str(t)[6:]: peak_flops(device, t) for t in (torch.float32, torch.bfloat16, torch.float64)}
-    log(f"device {device} ({device_name(device)}), {torch.get_num_threads()} threads, load {load_start}, "
-        "matmul peak " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items()) + " GFLOP/s")
+    log(f"device {device} ({device_name(device)}), {torch.get_num_threads()} threads, load {load_start}")
     rows = []
     for spec in specs:
         spec_lengths = lengths if not spec.startswith("gpt2") or args.n else [512]
         rows += bench_model(spec, spec_lengths, lambda n: batch if n <= 256 else min(batch, batch_large),
-                            methods, repeats, device, args.kind, peaks, log)
+                            methods, repeats, device, args.kind, log)
+    # Matrix-product peaks of the dtypes the run used, and only those: bfloat16 only if a presolve ran.
+    used = {v["dtype"] for row in rows for v in row["methods"].values()}
+    used |= {"bfloat16"} if any(v["mean_presolve_iterations"] for row in rows for v in row["methods"].values()) \
+        else set()
+    peaks = {dtype: peak_flops(device, getattr(torch, dtype)) for dtype in sorted(used)}
+    log("\nmatrix-product peaks " + ", ".join(f"{k} {v / 1e9:.1f}" for k, v in peaks.items()) + " GFLOP/s")
+    add_rates(rows, peaks)
+    log_rows(rows, log)
     record = {
-        "schema": 1,
+        "schema": 2,
         "benchmark": "local Lipschitz constants: paper's per-input power iteration vs lipnb.local_lipschitz",
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
@@ -520,13 +456,12 @@ def main(argv: list[str] | None = None) -> int:
         "device_name": device_name(device),
         "threads": torch.get_num_threads(),
         "load_average": {"start": load_start, "end": load_average()},
-        "peak_flops": peaks["float32"],
         "peak_flops_by_dtype": peaks,
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
                      "git": commit},
         "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "paper_method": {"tol": PAPER_TOL, "max_iter": PAPER_MAX_ITER, "dtype": "float32",
+        "paper_method": {"tol": benchmark.PAPER_TOL, "max_iter": benchmark.PAPER_MAX_ITER, "dtype": "float32",
                          "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},
         "lipnb_defaults": {"method": "lanczos", "tol": 1e-6, "max_iter": 200, "presolve": "auto"},
         "lipnb_tol": LIPNB_TOL,

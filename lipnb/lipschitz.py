@@ -378,11 +378,16 @@ def _state_bytes(fn: Map, x: Tensor) -> int:
         storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
         return t
 
+    def visit(obj: object) -> None:          # a closed form may hold other linearizations (sub-layers)
+        for value in vars(obj).values():
+            if isinstance(value, Tensor):
+                pack(value)
+            elif hasattr(value, "jvp") and hasattr(value, "__dict__"):
+                visit(value)
+
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         lin = linearize(fn, x)
-    for value in vars(lin).values():
-        if isinstance(value, Tensor):
-            storages[value.untyped_storage().data_ptr()] = value.untyped_storage().nbytes()
+    visit(lin)
     return sum(storages.values())
 
 

@@ -35,14 +35,18 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from .attention import AttentionLinearization, MultiHead, MultiHeadMap, check_tokens
+from .attention import MultiHead, MultiHeadMap, check_tokens, concat_heads
 from .data import reachable, user_cache_dir
+from .lipschitz import Linearization
+from .profiles import default_device
+from .sublayers import ResidualAttentionMap
 
 __all__ = [
     "HUB_MODELS",
     "KINDS",
     "MODEL_NAMES",
     "OFFLINE_MODELS",
+    "LayerMap",
     "OfflineError",
     "attention_inputs",
     "attention_map",
@@ -137,15 +141,16 @@ _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]
 }
 
 
-def load(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """``(model, tokenizer)`` for one of ``MODEL_NAMES``: eager attention, eval mode, frozen parameters."""
+def load(name: str, device: torch.device | str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """``(model, tokenizer)`` for one of ``MODEL_NAMES``: eager attention, eval mode, frozen parameters,
+    on ``device`` (default :func:`lipnb.profiles.default_device`: the GPU when there is one)."""
     if name not in _LOADERS:
         raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
     # The weight-loading progress bar goes to stderr only on some runs: keep executed notebooks reproducible.
     hf_logging.disable_progress_bar()
     model, tokenizer = _LOADERS[name]()
     model.eval().requires_grad_(False)
-    return model, tokenizer
+    return model.to(default_device() if device is None else torch.device(device)), tokenizer
 
 
 def family(model: nn.Module) -> str:
@@ -248,31 +253,6 @@ def _check_input(X: Tensor, model: nn.Module) -> None:
         raise ValueError(f"tokens have d = {X.shape[-1]} but the model has hidden size {model.config.hidden_size}")
 
 
-class _HeadsMap:
-    """Def 2.2 as a :class:`~lipnb.attention.MultiHeadMap` of the layer's heads: closed-form ``linearize``
-    (Lemma C.2), rebuilt whenever the weights change or move."""
-
-    def __init__(self, model: nn.Module, layer: int) -> None:
-        self.model, self.layer = model, layer
-        self.params = list(layer_module(model, layer).parameters())
-        self.masked = is_decoder(model)
-        self._key: tuple | None = None
-        self._map: MultiHeadMap | None = None
-
-    def _current(self, X: Tensor) -> MultiHeadMap:
-        _check_input(X, self.model)
-        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.params)
-        if key != self._key or self._map is None:
-            self._key, self._map = key, MultiHeadMap(head_matrices(self.model, self.layer), masked=self.masked)
-        return self._map
-
-    def __call__(self, X: Tensor) -> Tensor:
-        return self._current(X)(X)
-
-    def linearize(self, X: Tensor) -> AttentionLinearization:
-        return self._current(X).linearize(X)
-
-
 def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     """The HF self-attention module itself, with an explicit causal mask for decoders."""
     block = layer_module(model, layer)
@@ -293,31 +273,74 @@ def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
 _MAPS = {"self": _self_map, "block": _block_map}
 
 
-def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> Callable[[Tensor], Tensor]:
+def _closed_form(model: nn.Module, layer: int, kind: str) -> MultiHeadMap | ResidualAttentionMap:
+    """``attention_map(model, layer, kind)`` built from the layer's weights, with closed-form products."""
+    heads, masked = head_matrices(model, layer), is_decoder(model)
+    if kind == "mha" or (kind == "self" and family(model) == "gpt2"):
+        return MultiHeadMap(heads, masked=masked)
+    if kind == "self":
+        return MultiHeadMap(concat_heads(heads), masked=masked)   # BertSelfAttention: heads side by side
+    block = layer_module(model, layer)
+    norm = block.attention.output.LayerNorm if family(model) == "bert" else block.ln_1
+    return ResidualAttentionMap(MultiHeadMap(heads, masked=masked), norm.weight.detach(), norm.bias.detach(),
+                                norm.eps, post=family(model) == "bert")
+
+
+class LayerMap:
+    """What :func:`attention_map` returns: a map ``(B, n, d) -> (B, n, d')`` that knows its Jacobian.
+
+    Calling it runs the Hugging Face module (``"self"``, ``"block"``) or Def 2.2 (``"mha"``), under
+    autograd and ``torch.func`` alike. :meth:`linearize` gives the closed-form products of
+    :meth:`closed_form` (Lemma C.2, composed with the residual and LayerNorm for ``"block"``), which
+    :func:`lipnb.local_lipschitz` uses; ``lambda X: f(X)`` hides them and forces autograd. The closed
+    form is rebuilt whenever the layer's weights change, move or change dtype.
+    """
+
+    def __init__(self, model: nn.Module, layer: int, kind: str) -> None:
+        _check_kind(kind)
+        self.model, self.layer, self.kind = model, layer, kind
+        self.params = list(layer_module(model, layer).parameters())
+        self._module = _MAPS[kind](model, layer) if kind in _MAPS else None
+        self._key: tuple | None = None
+        self._map: MultiHeadMap | ResidualAttentionMap | None = None
+
+    def closed_form(self) -> MultiHeadMap | ResidualAttentionMap:
+        """The layer as a :class:`~lipnb.attention.MultiHeadMap` (``"mha"``, ``"self"``) or a
+        :class:`~lipnb.sublayers.ResidualAttentionMap` (``"block"``) of its current weights."""
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.params)
+        if key != self._key or self._map is None:
+            self._key, self._map = key, _closed_form(self.model, self.layer, self.kind)
+        return self._map
+
+    def __call__(self, X: Tensor) -> Tensor:
+        _check_input(X, self.model)
+        return self.closed_form()(X) if self._module is None else self._module(X)
+
+    def linearize(self, X: Tensor) -> Linearization:
+        """Closed-form ``jvp`` and ``vjp`` at the batch ``X`` (see :func:`lipnb.lipschitz.linearize`)."""
+        _check_input(X, self.model)
+        return self.closed_form().linearize(X)
+
+    def flops(self, n: int) -> dict[str, int]:
+        """Matrix-product FLOPs of the closed form per input of ``n`` tokens (``MultiHeadMap.flops``)."""
+        return self.closed_form().flops(n)
+
+
+def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> LayerMap:
     """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
 
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
-    no residual, no LayerNorm: the map the theorems bound. It is a :class:`~lipnb.attention.MultiHeadMap`
-    underneath, so :func:`lipnb.local_lipschitz` uses its closed-form Jacobian products.
-    ``"self"``: the HF self-attention module called as is. BERT: ``BertSelfAttention``, the heads'
-    outputs concatenated, before the output projection (d' = H k). GPT-2: ``GPT2Attention``, with
-    ``c_proj`` (so it equals ``"mha"``).
+    no residual, no LayerNorm: the map the theorems bound.
+    ``"self"``: the HF self-attention module. BERT: ``BertSelfAttention``, the heads' outputs
+    concatenated, before the output projection (d' = H k). GPT-2: ``GPT2Attention``, with ``c_proj``
+    (so it equals ``"mha"``).
     ``"block"``: the attention sub-layer. BERT: ``BertAttention``, ``LayerNorm(X + dense(self(X)))``.
     GPT-2: ``X + attn(ln_1(X))``.
-    ``X`` must be in the model's dtype and device; the map follows later ``model.double()``/``.to``,
-    and works under autograd, ``torch.func.jvp`` and ``torch.func.vjp``. Inputs:
-    :func:`attention_inputs` with the same ``kind``.
+    Every kind is a :class:`LayerMap` with closed-form Jacobian products, so
+    :func:`lipnb.local_lipschitz` needs no autograd. ``X`` must be in the model's dtype and device;
+    the map follows later ``model.double()``/``.to``. Inputs: :func:`attention_inputs` with the same ``kind``.
     """
-    _check_kind(kind)
-    if kind == "mha":
-        return _HeadsMap(model, layer)
-    inner = _MAPS[kind](model, layer)
-
-    def f(X: Tensor) -> Tensor:
-        _check_input(X, model)
-        return inner(X)
-
-    return f
+    return LayerMap(model, layer, kind)
 
 
 class _StopForward(Exception):

@@ -10,6 +10,7 @@ from torch import Tensor
 from .attention import MultiHead
 
 __all__ = [
+    "LayerNormLinearization",
     "absorb_normalization",
     "layer_norm",
     "normalization_radius",
@@ -105,3 +106,46 @@ def absorb_normalization(heads: MultiHead, gamma: Tensor, beta: Tensor | None = 
         b = Vb if b is None else Vb + b
     c = None if c is None else g * c
     return MultiHead(A=A, V=V, W=heads.W, score_bias=c, value_bias=b, output_bias=heads.output_bias)
+
+
+class LayerNormLinearization:
+    """Sec. 2.3: the Jacobian of ``LayerNorm(x) = γ ⊙ z + β``, ``z = (x - mean x) / s``, ``s = sqrt(var x + eps)``.
+
+    Token by token, ``D LayerNorm(e) = γ ⊙ (e - mean e - z mean(z ⊙ e)) / s``: the projection in the
+    middle is symmetric, so ``Dᵀ(g)`` is the same formula applied to ``γ ⊙ g``. Stores ``z`` ``(B, n, d)``
+    and ``1 / s`` ``(B, n, 1)``.
+    """
+
+    def __init__(self, z: Tensor, inv_std: Tensor, gamma: Tensor, output: Tensor) -> None:
+        self.z, self.inv_std, self.gamma, self.output = z, inv_std, gamma, output
+
+    @classmethod
+    def at(cls, X: Tensor, gamma: Tensor, beta: Tensor, eps: float) -> LayerNormLinearization:
+        """The LayerNorm of every token of ``X`` ``(B, n, d)`` and what its Jacobian needs."""
+        centred = X - X.mean(-1, keepdim=True)
+        inv_std = torch.rsqrt(centred.square().mean(-1, keepdim=True) + eps)
+        z = centred * inv_std
+        return cls(z, inv_std, gamma, torch.addcmul(beta, gamma, z))
+
+    def _project(self, E: Tensor) -> Tensor:
+        """``(e - mean e - z mean(z ⊙ e)) / s`` for every token."""
+        out = E - E.mean(-1, keepdim=True)
+        out.sub_(self.z * (self.z * E).mean(-1, keepdim=True))
+        return out.mul_(self.inv_std)
+
+    def jvp(self, E: Tensor) -> Tensor:
+        """``D LayerNorm(E)``."""
+        return self._project(E).mul_(self.gamma)
+
+    def vjp(self, G: Tensor) -> Tensor:
+        """``D LayerNormᵀ(G)``: the symmetric projection applied to ``γ ⊙ G``."""
+        return self._project(G * self.gamma)
+
+    def select(self, index: Tensor) -> LayerNormLinearization:
+        """The linearization at the inputs ``index`` only."""
+        return LayerNormLinearization(self.z[index], self.inv_std[index], self.gamma, self.output[index])
+
+    def to(self, dtype: torch.dtype) -> LayerNormLinearization:
+        """The same linearization with its tensors in ``dtype``."""
+        return LayerNormLinearization(self.z.to(dtype), self.inv_std.to(dtype), self.gamma.to(dtype),
+                                      self.output.to(dtype))

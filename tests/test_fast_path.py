@@ -21,7 +21,13 @@ from hypothesis import given
 from torch import Tensor
 
 import lipnb.lipschitz as lipschitz
-from lipnb.attention import AttentionLinearization, MultiHead, MultiHeadMap, concat_heads, multihead_attention
+from lipnb.attention import (
+    AttentionLinearization,
+    MultiHead,
+    MultiHeadMap,
+    concat_heads,
+    multihead_attention,
+)
 from lipnb.lipschitz import (
     Linearizable,
     Linearization,
@@ -31,6 +37,8 @@ from lipnb.lipschitz import (
     linearize,
     local_lipschitz,
 )
+from lipnb.normalization import LayerNormLinearization, layer_norm
+from lipnb.sublayers import ResidualAttentionMap
 
 F64 = torch.float64
 
@@ -327,7 +335,10 @@ def test_chunks_from_the_memory_estimate_give_the_same_values(gen: torch.Generat
     """A memory budget that fits two inputs splits the batch; values, iterations and vectors are unchanged."""
     heads = make_heads(gen, "low-rank")
     X = 2 * randn(gen, 5, 6, 6)
-    for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads)):
+    block = ResidualAttentionMap(MultiHeadMap(heads), 1 + randn(gen, 6), randn(gen, 6), 1e-5, True)
+    # the estimate of a composed linearization counts the attention's tensors inside it
+    assert lipschitz._state_bytes(block, X[:1]) > lipschitz._state_bytes(MultiHeadMap(heads), X[:1])
+    for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads), block):
         whole = local_lipschitz(fn, X, detailed=True)
         per_input = 3 * lipschitz._state_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
         monkeypatch.setattr(lipschitz, "_memory_budget", lambda device, b=per_input: 2 * b + 1)
@@ -471,3 +482,61 @@ def test_fill_holes_moves_only_the_tail() -> None:
     perm, holes, movers = lipschitz._fill_holes(keep)
     assert perm.tolist() == [0, 4, 2, 5] and holes.tolist() == [1, 3] and movers.tolist() == [4, 5]
     assert sorted(perm.tolist()) == torch.nonzero(keep).flatten().tolist()
+
+
+# --------------------------------------------------------------------------- residual sub-layers (Sec. 2.3)
+
+
+@given(n=st.integers(1, 5), d=st.integers(2, 7), eps=st.sampled_from([0.0, 1e-5, 1.0]), seed=st.integers(0, 2**16))
+def test_layernorm_jacobian_is_autograds(n: int, d: int, eps: float, seed: int) -> None:
+    """``LayerNormLinearization``: output, ``J E`` and ``Jᵀ G`` equal ``torch.func`` on ``layer_norm`` (float64)."""
+    gen = torch.Generator().manual_seed(seed)
+    X, E, G = randn(gen, 2, n, d), randn(gen, 2, n, d), randn(gen, 2, n, d)
+    gamma, beta = randn(gen, d), randn(gen, d)
+    lin = LayerNormLinearization.at(X, gamma, beta, eps)
+    f = lambda Z: layer_norm(Z, gamma, beta, eps)  # noqa: E731
+    Y, JE = torch.func.jvp(f, (X,), (E,))
+    JtG = torch.func.vjp(f, X)[1](G)[0]
+    for ours, theirs in ((lin.output, Y), (lin.jvp(E), JE), (lin.vjp(G), JtG)):
+        torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+@pytest.mark.parametrize("post", [False, True])
+@pytest.mark.parametrize("kind", ["low-rank", "no-bias"])
+def test_residual_sublayer_has_the_dense_jacobian(gen: torch.Generator, kind: str, post: bool, masked: bool) -> None:
+    """``ResidualAttentionMap`` (post-LN as BERT, pre-LN as GPT-2): its composed products build the dense
+    float64 Jacobian of its own forward pass, and ``local_lipschitz`` through them is its exact norm."""
+    heads = make_heads(gen, kind)
+    fn = ResidualAttentionMap(MultiHeadMap(heads, masked=masked), 1 + randn(gen, 6), randn(gen, 6), 1e-5, post)
+    X = 2 * randn(gen, 3, 5, 6)
+    J = jacobian_matrix(fn, X)
+    lin = fn.linearize(X)
+    eye = torch.eye(30, dtype=F64).view(30, 1, 5, 6).expand(30, 3, 5, 6)
+    columns = torch.stack([lin.jvp(e) for e in eye], -1).reshape(3, 30, 30)
+    rows = torch.stack([lin.vjp(e).reshape(3, 30) for e in eye], 1)
+    torch.testing.assert_close(lin.output, fn(X), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(columns, J, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(rows, J, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(local_lipschitz(fn, X, tol=1e-12), exact_local_lipschitz(fn, X), rtol=1e-9, atol=0)
+
+
+def test_residual_sublayer_select_presolve_and_arguments(gen: torch.Generator) -> None:
+    """``select`` keeps the chosen inputs, the bfloat16 presolve runs on the composed linearization without
+    changing the float32 answer, and bad LayerNorm parameters are refused by name."""
+    heads = make_heads(gen, "low-rank")
+    fn = ResidualAttentionMap(MultiHeadMap(heads), 1 + randn(gen, 6), randn(gen, 6), 1e-5, True)
+    X = randn(gen, 4, 5, 6)
+    E = randn(gen, 2, 5, 6)
+    index = torch.tensor([3, 1])
+    torch.testing.assert_close(fn.linearize(X).select(index).vjp(E), fn.linearize(X[index]).vjp(E),
+                               rtol=1e-12, atol=1e-12)
+    X32 = X.float()
+    plain = local_lipschitz(fn, X32, presolve=None, detailed=True)
+    low = local_lipschitz(fn, X32, presolve=torch.bfloat16, detailed=True)
+    assert bool((low.presolve_iterations > 0).all()) and bool(low.converged.all())
+    torch.testing.assert_close(low.value, plain.value, rtol=1e-5, atol=0)
+    with pytest.raises(ValueError, match="gamma must be"):
+        ResidualAttentionMap(MultiHeadMap(heads), randn(gen, 5), randn(gen, 6), 1e-5, True)
+    with pytest.raises(ValueError, match="eps"):
+        ResidualAttentionMap(MultiHeadMap(heads), randn(gen, 6), randn(gen, 6), -1.0, True)

@@ -15,7 +15,7 @@ from transformers import GPT2Model
 
 from lipnb import models
 from lipnb.attention import multihead_attention
-from lipnb.lipschitz import Linearizable
+from lipnb.lipschitz import Linearizable, local_lipschitz
 
 OFFLINE = models.OFFLINE_MODELS
 SENTENCE = "Alice was beginning to get very tired of sitting by her sister"
@@ -185,25 +185,60 @@ def test_maps_equal_the_models_own_computation(loaded: dict[str, tuple], double:
                                    rtol=1e-10, atol=1e-10)
 
 
+def _set_biases(model: nn.Module, layer: int, biases: str, gen: torch.Generator) -> None:
+    """Layer ``layer``'s biases (LayerNorm's β included) as trained, drawn at random (and LayerNorm's γ
+    too, so that every term of the products matters), or zero."""
+    with torch.no_grad():
+        for name, p in models.layer_module(model, layer).named_parameters():
+            if biases == "random":
+                if name.endswith("bias") or "ln" in name.lower() or "LayerNorm" in name:
+                    p.add_(torch.randn(p.shape, generator=gen, dtype=p.dtype) * 0.5)
+            elif biases == "zero" and name.endswith("bias"):
+                p.zero_()
+
+
+@pytest.mark.parametrize("biases", ["trained", "random", "zero"])
 @pytest.mark.parametrize("name", OFFLINE)
-def test_mha_map_has_closed_form_products(loaded: dict[str, tuple], double: dict[str, nn.Module],
-                                          name: str) -> None:
-    """``attention_map(kind="mha")`` is :class:`Linearizable`: its closed-form ``J E`` and ``Jᵀ G`` equal
-    ``torch.func`` on the map itself (float64), and follow a change of the weights."""
-    model = copy.deepcopy(double[name])
-    f = models.attention_map(model, 1, "mha")
-    assert isinstance(f, Linearizable)
-    X = models.attention_inputs(model, 1, _ids(loaded, name))
+def test_every_map_has_closed_form_products(loaded: dict[str, tuple], double: dict[str, nn.Module],
+                                            name: str, biases: str) -> None:
+    """Every kind of ``attention_map`` is :class:`Linearizable`: its closed-form output equals the Hugging
+    Face module and its ``J E`` and ``Jᵀ G`` equal ``torch.func`` on the module (float64), for the encoder
+    and both causal decoders, with biases as trained, random or zero; and they follow a change of the weights.
+    GPT-2's pre-LN block is ``E + ...``: its attention part alone is compared, so that it cannot hide."""
+    model, layer = copy.deepcopy(double[name]), 1
     gen = torch.Generator().manual_seed(3)
-    E, G = (torch.randn(X.shape, generator=gen, dtype=torch.float64) for _ in range(2))
-    for _ in range(2):
-        lin = f.linearize(X)
-        Y, JE = torch.func.jvp(f, (X,), (E,))
-        JtG = torch.func.vjp(f, X)[1](G)[0]
-        for a, b in ((lin.output, Y), (lin.jvp(E), JE), (lin.vjp(G), JtG)):
-            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
-        with torch.no_grad():
-            next(models.layer_module(model, 1).parameters()).mul_(1.5)
+    _set_biases(model, layer, biases, gen)
+    ids = _ids(loaded, name)
+    for kind in models.KINDS:
+        f = models.attention_map(model, layer, kind)
+        assert isinstance(f, Linearizable)
+        X = models.attention_inputs(model, layer, ids, kind=kind)
+        E = torch.randn(X.shape, generator=gen, dtype=torch.float64)
+        skip = kind == "block" and name == "gpt2-random"
+        for _ in range(2):
+            lin = f.linearize(X)
+            Y, JE = torch.func.jvp(f, (X,), (E,))
+            G = torch.randn(Y.shape, generator=gen, dtype=torch.float64)
+            JtG = torch.func.vjp(f, X)[1](G)[0]
+            for a, b, identity in ((lin.output, Y, X), (lin.jvp(E), JE, E), (lin.vjp(G), JtG, G)):
+                if skip:
+                    a, b = a - identity, b - identity
+                torch.testing.assert_close(a, b, rtol=0, atol=1e-11 * float(b.abs().max()))
+            with torch.no_grad():
+                next(models.layer_module(model, layer).parameters()).mul_(1.5)
+
+
+@pytest.mark.parametrize("name", OFFLINE)
+def test_closed_form_and_autograd_give_the_same_constants(loaded: dict[str, tuple], double: dict[str, nn.Module],
+                                                          name: str) -> None:
+    """``local_lipschitz`` through the closed form and through autograd on the module (``lambda X: f(X)``
+    hides ``linearize``) agree for every kind, in float64."""
+    model = double[name]
+    for kind in models.KINDS:
+        f = models.attention_map(model, 2, kind)
+        X = models.attention_inputs(model, 2, _ids(loaded, name, batch=3), kind=kind)
+        fast = local_lipschitz(f, X, tol=1e-10)
+        torch.testing.assert_close(fast, local_lipschitz(lambda Z, f=f: f(Z), X, tol=1e-10), rtol=1e-8, atol=0)
 
 
 @pytest.mark.parametrize("name", OFFLINE)
@@ -301,3 +336,30 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
         models.attention_map(model, 0)(torch.zeros(1, 3, 5))
     with pytest.raises(TypeError, match="BertModel or GPT2Model"):
         models.head_matrices(nn.Linear(2, 2), 0)
+
+
+# -- device -----------------------------------------------------------------------------------
+
+
+def test_load_puts_the_model_on_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``load`` follows ``lipnb.profiles.default_device()`` (the GPU when there is one) unless told."""
+    monkeypatch.setattr(models, "default_device", lambda: torch.device("meta"))
+    model, _ = models.load("gpt2-random")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    model, _ = models.load("gpt2-random", device="cpu")
+    assert {p.device.type for p in model.parameters()} == {"cpu"}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", models.KINDS)
+def test_maps_and_inputs_follow_a_gpu_model(loaded: dict[str, tuple], kind: str) -> None:
+    """On CUDA, inputs and maps follow the model, and the closed form gives the CPU's constants."""
+    model = copy.deepcopy(loaded["minilm-decoder"][0])
+    ids = _ids(loaded, "minilm-decoder")
+    X = models.attention_inputs(model, 1, ids, kind=kind)
+    on_cpu = local_lipschitz(models.attention_map(model, 1, kind), X)
+    model.cuda()
+    Xg = models.attention_inputs(model, 1, ids, kind=kind)
+    assert Xg.device.type == "cuda"
+    on_gpu = local_lipschitz(models.attention_map(model, 1, kind), Xg)
+    torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-4, atol=0)

@@ -1,0 +1,52 @@
+"""lipnb.benchmark: the paper's loop (App. E.1) and the recorded benchmark runs shipped with lipnb."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from lipnb import benchmark
+
+
+def test_paper_loop_finds_a_known_norm_and_stops_on_its_own_rule() -> None:
+    """On ``X -> D ⊙ X`` (``Lip = max |D|``) the paper's power iteration converges to ``max |D|``; a
+    spectrum without a gap at the top stops it within 100 steps anyway, on the change of its estimate."""
+    D = torch.ones(1, 6, 4, dtype=torch.float64)
+    D[0, 2, 1] = 3.0
+    x = torch.randn(1, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    value, steps = benchmark.paper_power_iteration(lambda Z: Z * D, x)
+    assert abs(value - 3.0) < 1e-4 and 2 <= steps < benchmark.PAPER_MAX_ITER
+    D[0, 3, 2] = 3.0 - 1e-9                       # two almost equal top values: still stops
+    assert benchmark.paper_power_iteration(lambda Z: Z * D, x)[1] < benchmark.PAPER_MAX_ITER
+
+
+def test_records_ship_with_lipnb_and_tabulate() -> None:
+    """The committed records are found without the repository (package data) and tabulate one line
+    per (run, method), as HTML for Jupyter and Markdown for print; the speedup is fewer FLOPs times
+    faster FLOPs."""
+    assert benchmark.records_dir().parent == Path(benchmark.__file__).parent
+    record = benchmark.load_record("lipschitz-cpu")
+    assert record is not None
+    table = benchmark.table(record)
+    assert len(table.rows) == sum(len(row["methods"]) for row in record["runs"])
+    assert table._repr_html_().startswith("<table>") and str(table).startswith("| model |")
+    assert all(len(line) == len(table.header) for line in table.rows)
+    row = record["runs"][0]
+    ratio = benchmark.decomposition(row)        # the speedup splits exactly into its two factors
+    assert ratio["speedup"] == row["speedup"]["lipnb"]
+    assert ratio["speedup"] == pytest.approx(ratio["flops"] * ratio["rate"], rel=1e-9)
+    paper, ours = row["methods"]["paper"], row["methods"]["lipnb"]
+    assert benchmark.cpu_speedup(row) == paper["median_cpu_s"] / ours["median_cpu_s"]
+    assert benchmark.cpu_speedup(row, "paper") is None
+
+
+def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``LIPNB_BENCH_DIR`` names another folder: records are read from it, missing ones are ``None``."""
+    monkeypatch.setenv(benchmark.ENV_VAR, str(tmp_path))
+    assert benchmark.records_dir() == tmp_path and benchmark.load_record("lipschitz-cpu") is None
+    benchmark.record_path("mine").write_text(json.dumps({"runs": []}))
+    assert benchmark.load_record("mine") == {"runs": []}
+    assert benchmark.relative_errors([1.1, 0.9], [1.0, 1.0]) == pytest.approx([0.1, 0.1])
