@@ -1,0 +1,272 @@
+"""Part II's sweeps (Sec. 5, App. C.5, E.2): local constants of real layers on real and adversarial inputs.
+
+Every sweep returns one tidy ``pandas.DataFrame`` (a row per measured input) and caches it as CSV,
+keyed by its parameters, the profile and a hash of lipnb's source. The map is a parameter:
+``kind`` is ``"head"`` (one head, Def 2.1, with its biases), ``"mha"`` (Def 2.2 + App. E.3),
+``"self"`` or ``"block"`` (the Hugging Face modules, see :func:`lipnb.models.attention_map`);
+``estimator`` is ``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import Tensor, nn
+
+from . import data, models
+from .attention import MultiHeadMap
+from .experiments import bootstrap_slope, cache_dir, fit_line, progress, single_head
+from .lipschitz import local_lipschitz
+from .published import published_A, published_estimator
+
+__all__ = [
+    "DATASETS",
+    "MAP_KINDS",
+    "adversarial_sweep",
+    "cached_table",
+    "dataset_text",
+    "growth_fits",
+    "layer_map",
+    "load_model",
+    "power_law_break",
+    "real_data_sweep",
+]
+
+DATASETS = ("alice", "ag_news")
+MAP_KINDS = ("head", "mha", "self", "block")
+UNMASKED_TWIN = {"minilm-decoder": "minilm", "bert-base-uncased-decoder": "bert-base-uncased"}
+Map = Callable[[Tensor], Tensor]
+
+
+def _code_hash() -> str:
+    """A hash of lipnb's source files: any code change makes every cached table stale."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def cached_table(name: str, params: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
+    """``compute()`` as a CSV under :func:`lipnb.experiments.cache_dir`, keyed by ``name``, ``params`` and the code."""
+    from .profiles import profile
+
+    key = json.dumps({"name": name, "params": params, "profile": profile().name, "code": _code_hash()},
+                     sort_keys=True, default=str)
+    path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
+    if path.exists():
+        return pd.read_csv(path)
+    table = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    table.to_csv(tmp, index=False)
+    tmp.replace(path)
+    return table
+
+
+def dataset_text(dataset: str) -> str:
+    """Sec. 5.1's texts: *Alice in Wonderland*, or the first 1000 AG_NEWS test articles joined by spaces."""
+    if dataset == "alice":
+        return data.alice_text()
+    if dataset == "ag_news":
+        return " ".join(data.ag_news_texts()[:1000])
+    raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
+
+
+def _random_gpt2(seed: int) -> nn.Module:
+    """GPT-2 small with the random weights of ``torch.manual_seed(seed)`` (the global RNG is left untouched)."""
+    from transformers import GPT2Config, GPT2Model
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = GPT2Model(GPT2Config(attn_implementation="eager"))
+    return model.eval().requires_grad_(False)
+
+
+def load_model(name: str) -> tuple[nn.Module, object]:
+    """:func:`lipnb.models.load`, plus ``"gpt2-random:SEED"`` (random GPT-2 from another seed, GPT-2 tokenizer)."""
+    if name.startswith("gpt2-random:"):
+        _, tokenizer = models.load("gpt2-random")
+        return _random_gpt2(int(name.split(":", 1)[1])), tokenizer
+    return models.load(name)
+
+
+def layer_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int = 0,
+              masked: bool | None = None) -> Map:
+    """Layer ``layer``'s attention as the map ``kind`` (see the module docstring); ``masked`` overrides causality
+    for ``"head"`` and ``"mha"`` (``None``: the model's own, Def 2.5)."""
+    if kind not in MAP_KINDS:
+        raise ValueError(f"kind must be one of {MAP_KINDS}; got {kind!r}")
+    causal = models.is_decoder(model) if masked is None else masked
+    if kind in ("self", "block"):
+        if causal != models.is_decoder(model):
+            raise ValueError(f"kind={kind!r} runs the module as the model does; for the other masking load the "
+                             "twin model (UNMASKED_TWIN) or use kind='mha'/'head'")
+        return models.attention_map(model, layer, kind)
+    heads = models.head_matrices(model, layer)
+    if kind == "head":
+        if not 0 <= head < heads.num_heads:
+            raise ValueError(f"head must be in 0..{heads.num_heads - 1}; got {head}")
+        heads = single_head(heads, head)
+    return MultiHeadMap(heads, masked=causal)
+
+
+def _measure(fn: Map, X: Tensor, estimator: str) -> Tensor:
+    """``Lip_X(fn)`` for every input: Lanczos at relative residual ``1e-4`` (App. E.1) or the published loop."""
+    if estimator == "lanczos":
+        return local_lipschitz(fn, X, tol=1e-4).double()
+    if estimator == "published":
+        return published_estimator(fn, X).double()
+    raise ValueError(f"estimator must be 'lanczos' or 'published'; got {estimator!r}")
+
+
+def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_length: int, *,
+                    layers: Sequence[int] | None = None, kind: str = "mha", head: int = 0,
+                    masked: bool | None = None, estimator: str = "lanczos") -> pd.DataFrame:
+    """Sec. 5.1: ``Lip_X`` and the token radius of every input of ``dataset`` at every layer (default: all).
+
+    Inputs are :func:`lipnb.data.token_sequences` of the text (disjoint windows), captured where the map
+    reads them. ``masked=False`` on a BERT decoder runs its activations through the unmasked twin
+    (the published "masked BERT" call). Columns: ``model, dataset, layer, kind, head, masked, estimator,
+    n, sequence, lip, radius`` (root mean square token norm, the published ``R``) and ``max_radius``.
+    """
+    lengths = [int(n) for n in lengths]
+    params = {"model": model_name, "dataset": dataset, "lengths": lengths, "per_length": per_length,
+              "layers": None if layers is None else list(layers), "kind": kind, "head": head, "masked": masked,
+              "estimator": estimator}
+
+    def compute() -> pd.DataFrame:
+        model, tokenizer = load_model(model_name)
+        mapped = model
+        if masked is False and model_name in UNMASKED_TWIN and kind in ("self", "block"):
+            mapped = load_model(UNMASKED_TWIN[model_name])[0]
+        causal = models.is_decoder(mapped) if masked is None or kind in ("self", "block") else masked
+        chosen = list(range(models.num_layers(model))) if layers is None else list(layers)
+        sequences = data.token_sequences(dataset_text(dataset), tokenizer, lengths, per_length)
+        device = next(model.parameters()).device
+        maps = {i: layer_map(mapped, i, kind, head=head, masked=causal) for i in chosen}
+        input_kind = "block" if kind == "block" else "mha"
+        rows = []
+        for n in progress(lengths, desc=f"{model_name} {dataset} {kind}"):
+            inputs = models.attention_inputs(model, chosen, sequences[n].to(device), input_kind)
+            for i in chosen:
+                X = inputs[i]
+                lip = _measure(maps[i], X, estimator)
+                norms = X.double().norm(dim=-1)
+                rows.append(pd.DataFrame({
+                    "model": model_name, "dataset": dataset, "layer": i, "kind": kind, "head": head,
+                    "masked": causal, "estimator": estimator, "n": n, "sequence": range(len(X)),
+                    "lip": lip.cpu().numpy(), "radius": norms.square().mean(1).sqrt().cpu().numpy(),
+                    "max_radius": norms.amax(1).cpu().numpy()}))
+        return pd.concat(rows, ignore_index=True)
+
+    return cached_table("real_data_sweep", params, compute)
+
+
+def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: float, *,
+                      heads: Sequence[int] | None = None, kinds: Sequence[str] = ("head", "mha"),
+                      A_source: str = "true", estimator: str = "lanczos") -> pd.DataFrame:
+    """Sec. 5.2: ``Lip_X`` at Lemma C.7's input ``X`` built on head ``h``'s ``A`` at radius ``R``, ``n`` in ``lengths``.
+
+    ``A_source``: ``"true"`` (:func:`lipnb.models.head_matrices`) or ``"published"``
+    (:func:`lipnb.published.published_A`). ``kinds``: the single head ``h`` and/or the whole layer.
+    Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``.
+    """
+    from .adversarial import lemma_c_7_input
+
+    lengths = [int(n) for n in lengths]
+    params = {"model": model_name, "layer": layer, "lengths": lengths, "R": round(float(R), 6),
+              "heads": None if heads is None else list(heads), "kinds": list(kinds), "A_source": A_source,
+              "estimator": estimator}
+
+    def compute() -> pd.DataFrame:
+        model, _ = load_model(model_name)
+        p = next(model.parameters())
+        multi = models.head_matrices(model, layer)
+        chosen = range(multi.num_heads) if heads is None else heads
+        rows = []
+        for h in progress(list(chosen), desc=f"{model_name} layer {layer} heads"):
+            if A_source == "true":
+                A = multi.A[h].double()
+            elif A_source == "published":
+                A = published_A(model, layer, h).double()
+            else:
+                raise ValueError(f"A_source must be 'true' or 'published'; got {A_source!r}")
+            X = lemma_c_7_input(A, float(R), max(lengths)).to(p)
+            for kind in kinds:
+                fn = layer_map(model, layer, kind, head=h)
+                lip = torch.cat([_measure(fn, X[:, :n], estimator) for n in lengths])
+                rows.append(pd.DataFrame({"model": model_name, "layer": layer, "head": h, "kind": kind,
+                                          "A_source": A_source, "estimator": estimator, "R": float(R),
+                                          "n": lengths, "lip": lip.cpu().numpy()}))
+        return pd.concat(rows, ignore_index=True)
+
+    return cached_table("adversarial_sweep", params, compute)
+
+
+def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3,
+                    alpha: float = 1e-3) -> dict:
+    """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
+
+    Every split between distinct lengths with at least ``min_side`` lengths on each side is tried; the
+    best is kept if its F test's p-value (anti-conservative, the split being chosen) is below ``alpha``.
+    Returns ``break_n`` (first length after the break, ``nan`` if none), ``p``, ``slope_before``,
+    ``slope_after`` and ``jump`` (ratio of the two segments' values at the break).
+    """
+    from scipy import stats
+
+    x = torch.as_tensor(list(n), dtype=torch.float64).log()
+    y = torch.as_tensor(list(lip), dtype=torch.float64).log()
+    levels = torch.unique(x)
+    if len(levels) < 2 * min_side:
+        raise ValueError(f"need at least {2 * min_side} distinct lengths; got {len(levels)}")
+
+    def rss(xs: Tensor, ys: Tensor) -> tuple[float, float, float]:
+        xc = xs - xs.mean()
+        slope = float((xc * (ys - ys.mean())).sum() / xc.square().sum())
+        intercept = float(ys.mean() - slope * xs.mean())
+        return float((ys - intercept - slope * xs).square().sum()), slope, intercept
+
+    one, _, _ = rss(x, y)
+    best = None
+    for k in range(min_side, len(levels) - min_side + 1):
+        left = x < levels[k]
+        a, b = rss(x[left], y[left]), rss(x[~left], y[~left])
+        if best is None or a[0] + b[0] < best[0]:
+            best = (a[0] + b[0], k, a, b)
+    two, k, a, b = best
+    dof = len(x) - 4
+    F = (one - two) / 2 / max(two / dof, 1e-300)
+    p = float(stats.f.sf(F, 2, dof))
+    at = float(levels[k])
+    jump = math.exp((b[2] + b[1] * at) - (a[2] + a[1] * at))
+    found = p < alpha
+    return {"break_n": round(math.exp(at)) if found else math.nan, "p": p, "slope_before": a[1],
+            "slope_after": b[1], "jump": jump}
+
+
+def growth_fits(table: pd.DataFrame, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
+    """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
+    ``C = e^intercept`` (Student interval when every length has one input), and :func:`power_law_break`'s
+    verdict where there are enough lengths."""
+    rows = []
+    for key, group in table.groupby(list(by), sort=True):
+        lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()
+        ly = torch.tensor(group[y].to_numpy(), dtype=torch.float64).log()
+        if group[x].nunique() == len(group):
+            fit = fit_line(lx, ly)
+            slope, low, high = fit.slope, fit.low, fit.high
+        else:
+            slope, low, high = bootstrap_slope(lx, ly, resamples=500)
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())))
+        if group[x].nunique() >= 6:
+            verdict = power_law_break(group[x], group[y])
+            row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"])
+        rows.append(row)
+    return pd.DataFrame(rows)
