@@ -13,6 +13,8 @@ import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -27,10 +29,13 @@ from .published import published_A, published_estimator
 
 __all__ = [
     "DATASETS",
+    "GRIDS",
     "MAP_KINDS",
+    "Grid",
     "adversarial_sweep",
     "cached_table",
     "dataset_text",
+    "grid",
     "growth_fits",
     "layer_map",
     "load_model",
@@ -42,6 +47,47 @@ DATASETS = ("alice", "ag_news")
 MAP_KINDS = ("head", "mha", "self", "block")
 UNMASKED_TWIN = {"minilm-decoder": "minilm", "bert-base-uncased-decoder": "bert-base-uncased"}
 Map = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Part II's models and grids in one profile (``quick``: offline stand-ins, fewer lengths, same layers)."""
+
+    encoder: str
+    decoder: str
+    gpt2: str
+    lengths: tuple[int, ...]
+    ag_news_lengths: tuple[int, ...]
+    per_length: int
+    jump_lengths: tuple[int, ...]
+    adversarial_lengths: tuple[int, ...]
+    every_adversarial_layer: bool
+    seeds: tuple[int, ...]
+
+    def adversarial_layers(self, num_layers: int) -> list[int]:
+        """Layers whose every head gets Sec. 5.2's input: all of them, or the first, middle and last (quick)."""
+        if self.every_adversarial_layer:
+            return list(range(num_layers))
+        return sorted({0, num_layers // 2, num_layers - 1})
+
+
+GRIDS = {
+    "quick": Grid("minilm", "minilm-decoder", "gpt2-random", lengths=(4, 8, 16, 32, 64, 128),
+                  ag_news_lengths=(4, 8, 16, 32, 64, 128), per_length=2,
+                  jump_lengths=(64, 96, 128, 160, 192, 256, 384, 512),
+                  adversarial_lengths=(2, 4, 8, 16, 32, 64, 97), every_adversarial_layer=False, seeds=(0, 1, 2)),
+    "paper": Grid("bert-base-uncased", "bert-base-uncased-decoder", "gpt2-random",
+                  lengths=tuple(range(2, 100, 2)), ag_news_lengths=tuple(range(2, 513, 10)), per_length=10,
+                  jump_lengths=tuple(range(64, 513, 32)),
+                  adversarial_lengths=tuple(range(2, 100, 5)), every_adversarial_layer=True, seeds=(0, 1, 2, 3, 4)),
+}
+
+
+def grid() -> Grid:
+    """The :class:`Grid` of the active profile (:func:`lipnb.profiles.profile`)."""
+    from .profiles import profile
+
+    return GRIDS[profile().name]
 
 
 def _code_hash() -> str:
@@ -88,6 +134,7 @@ def _random_gpt2(seed: int) -> nn.Module:
     return model.eval().requires_grad_(False)
 
 
+@lru_cache(maxsize=4)
 def load_model(name: str) -> tuple[nn.Module, object]:
     """:func:`lipnb.models.load`, plus ``"gpt2-random:SEED"`` (random GPT-2 from another seed, GPT-2 tokenizer)."""
     if name.startswith("gpt2-random:"):
