@@ -39,8 +39,10 @@ __all__ = [
     "growth_fits",
     "layer_map",
     "load_model",
+    "position_aliasing",
     "power_law_break",
     "real_data_sweep",
+    "token_radii",
 ]
 
 DATASETS = ("alice", "ag_news")
@@ -215,6 +217,25 @@ def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
     return cached_table("real_data_sweep", params, compute)
 
 
+def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_length: int) -> pd.DataFrame:
+    """Sec. 5.2 / App. C.5: the root mean square norm of the tokens entering every layer's attention, per sequence.
+
+    Columns ``layer, n, sequence, radius``; one forward per length, no Jacobian (cheap, not cached).
+    """
+    model, tokenizer = load_model(model_name)
+    layers = list(range(models.num_layers(model)))
+    lengths = [int(n) for n in lengths]
+    sequences = data.token_sequences(dataset_text(dataset), tokenizer, lengths, per_length)
+    rows = []
+    for n in lengths:
+        inputs = models.attention_inputs(model, layers, sequences[n].to(next(model.parameters()).device))
+        for i in layers:
+            radius = inputs[i].double().norm(dim=-1).square().mean(1).sqrt()
+            rows.append(pd.DataFrame({"layer": i, "n": n, "sequence": range(len(radius)),
+                                      "radius": radius.cpu().numpy()}))
+    return pd.concat(rows, ignore_index=True)
+
+
 def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: float, *,
                       heads: Sequence[int] | None = None, kinds: Sequence[str] = ("head", "mha"),
                       A_source: str = "true", estimator: str = "lanczos") -> pd.DataFrame:
@@ -256,12 +277,14 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
     return cached_table("adversarial_sweep", params, compute)
 
 
-def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3,
-                    alpha: float = 1e-3) -> dict:
+def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3, alpha: float = 1e-3,
+                    min_jump: float = 1.25, min_slope_change: float = 0.15) -> dict:
     """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
 
     Every split between distinct lengths with at least ``min_side`` lengths on each side is tried; the
-    best is kept if its F test's p-value (anti-conservative, the split being chosen) is below ``alpha``.
+    best is kept if its F test's p-value (anti-conservative, the split being chosen) is below ``alpha`` and the
+    break matters: the two segments differ at the break by a factor ``min_jump`` or in slope by ``min_slope_change``
+    (nearly noiseless data pass the F test on a negligible kink).
     Returns ``break_n`` (first length after the break, ``nan`` if none), ``p``, ``slope_before``,
     ``slope_after`` and ``jump`` (ratio of the two segments' values at the break).
     """
@@ -292,7 +315,7 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
     p = float(stats.f.sf(F, 2, dof))
     at = float(levels[k])
     jump = math.exp((b[2] + b[1] * at) - (a[2] + a[1] * at))
-    found = p < alpha
+    found = p < alpha and (abs(math.log(jump)) >= math.log(min_jump) or abs(b[1] - a[1]) >= min_slope_change)
     return {"break_n": round(math.exp(at)) if found else math.nan, "p": p, "slope_before": a[1],
             "slope_after": b[1], "jump": jump}
 
@@ -314,6 +337,23 @@ def growth_fits(table: pd.DataFrame, by: Sequence[str], *, x: str = "n", y: str 
         row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())))
         if group[x].nunique() >= 6:
             verdict = power_law_break(group[x], group[y])
-            row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"])
+            row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"],
+                       slope_before=verdict["slope_before"], slope_after=verdict["slope_after"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def position_aliasing(model: nn.Module, trained: int) -> pd.DataFrame:
+    """For every learned position ``p >= trained``: the earlier position ``< trained`` whose embedding is the most
+    similar (cosine) and that cosine, next to the cosine between ``p`` and ``p - 1``. BERT family only."""
+    if not hasattr(getattr(model, "embeddings", None), "position_embeddings"):
+        raise TypeError("position_aliasing needs a BERT-family model (learned absolute positions)")
+    P = torch.nn.functional.normalize(model.embeddings.position_embeddings.weight.detach().double(), dim=1)
+    if not 0 < trained < len(P):
+        raise ValueError(f"trained must be in 1..{len(P) - 1}; got {trained}")
+    cos = P[trained:] @ P[:trained].T
+    best = cos.max(dim=1)
+    positions = torch.arange(trained, len(P))
+    return pd.DataFrame({"position": positions.numpy(), "alias": best.indices.numpy(),
+                         "cosine": best.values.numpy(),
+                         "neighbour_cosine": (P[trained:] * P[trained - 1:-1]).sum(1).numpy()})
