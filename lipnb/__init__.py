@@ -1,9 +1,13 @@
 """lipnb: the numerical core of the executable book *How Smooth Is Attention?*.
 
-Attention maps (:mod:`lipnb.attention`), local Lipschitz constants (:mod:`lipnb.lipschitz`),
-the theorems' bounds (:mod:`lipnb.bounds`) and the inputs that attain them
-(:mod:`lipnb.adversarial`). Real models and text live in :mod:`lipnb.models` and
-:mod:`lipnb.data`, imported on first use because they load ``transformers``.
+One module per concept: the maps (:mod:`~lipnb.attention`, :mod:`~lipnb.normalization`), Lemma C.2
+taken apart (:mod:`~lipnb.jacobian`), local Lipschitz constants (:mod:`~lipnb.lipschitz`), every bound
+(:mod:`~lipnb.bounds`), the inputs that attain them (:mod:`~lipnb.inputs`), attention on measures
+(:mod:`~lipnb.measures`) and as a flow (:mod:`~lipnb.flow`), real layers taken apart (:mod:`~lipnb.heads`),
+fits and intervals (:mod:`~lipnb.stats`), cached sweeps (:mod:`~lipnb.sweeps`) returning typed tables
+(:mod:`~lipnb.results`), and what a chapter does with them (:mod:`~lipnb.report`). Real models, texts and
+run profiles (:mod:`~lipnb.models`, :mod:`~lipnb.data`, :mod:`~lipnb.profiles`) and the modules that
+need them are imported on first use, because they load ``transformers`` or ``pandas``.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ __version__ = "0.1.0"
 import importlib
 from types import ModuleType
 
-from . import adversarial, bounds
+from . import bounds, inputs
 from .attention import (
     MultiHead,
     MultiHeadMap,
@@ -38,10 +42,10 @@ __all__ = [
     "MultiHeadMap",
     "NotConvergedWarning",
     "__version__",
-    "adversarial",
     "attention_matrix",
     "bounds",
     "exact_local_lipschitz",
+    "inputs",
     "jacobian_matrix",
     "lemma_c2_jvp",
     "local_lipschitz",
@@ -51,7 +55,8 @@ __all__ = [
     "weighted_operator_norm",
 ]
 
-_LAZY = {"models", "data", "profiles", "experiments", "plotting"}
+_LAZY = {"data", "flow", "heads", "jacobian", "measures", "models", "normalization", "profiles", "report", "results",
+         "stats", "sweeps"}
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -1,7 +1,12 @@
-"""The Lipschitz bounds of Castin et al. (2024), each a function citing its result.
+"""Every Lipschitz bound of the book, each a function citing its result.
 
-Upper bounds hold for every input they cover; lower bounds are attained by the inputs of
-:mod:`lipnb.adversarial`. Scalars broadcast: ``R`` and ``n`` may be numbers or tensors.
+Numbering and constants follow the ICML 2024 version of Castin, Ablin & Peyré, *How Smooth Is Attention?*
+(the text in ``shared/seeds``, its formulas restored in ``shared/THEORY.md``). Three kinds live here:
+the paper's bounds as stated (``theorem_3_3``, ``theorem_3_5``, ``proposition_3_4`` ...), the book's
+sharpened or corrected versions (``*_sharpened``, ``two_dirac_constant``, ``masked_mean_field_bound``),
+and the bounds of chapter 9's flow. Upper bounds hold for every input they cover; lower bounds are
+attained by the inputs of :mod:`lipnb.inputs`. Scalars broadcast: ``R`` and ``n`` may be numbers or
+tensors, checked by :mod:`lipnb.checks` (a negative radius or a non-whole length is a ``ValueError``).
 """
 
 from __future__ import annotations
@@ -11,8 +16,9 @@ import math
 import torch
 from torch import Tensor
 
-from .adversarial import real_eigenpairs
 from .attention import MultiHead, attention_matrix, check_tokens, mask_future
+from .checks import as_count, as_radius, as_real, check_positive_int
+from .inputs import real_eigenpairs
 
 __all__ = [
     "argmax_counts",
@@ -33,7 +39,9 @@ __all__ = [
 
 
 def _norm2(M: Tensor) -> Tensor:
-    if not isinstance(M, Tensor) or M.dim() < 2:
+    if not isinstance(M, Tensor) or not M.is_floating_point():
+        raise TypeError(f"expected a floating-point matrix; got {getattr(M, 'dtype', type(M).__name__)}")
+    if M.dim() < 2:
         raise ValueError(f"expected a matrix; got {type(M).__name__} of shape {tuple(getattr(M, 'shape', ()))}")
     if not bool(torch.isfinite(M).all()):
         raise ValueError("matrix contains NaN or inf")
@@ -42,6 +50,9 @@ def _norm2(M: Tensor) -> Tensor:
 
 def _check_head(A: Tensor, V: Tensor) -> None:
     """Raise ``ValueError`` unless ``A`` is square ``(d, d)`` and ``V`` is ``(d_v, d)``."""
+    for name, M in (("A", A), ("V", V)):
+        if not isinstance(M, Tensor) or not M.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor; got {getattr(M, 'dtype', type(M).__name__)}")
     if A.dim() != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"A must be a square (d, d) matrix; got shape {tuple(A.shape)}")
     if V.dim() != 2 or V.shape[1] != A.shape[0]:
@@ -49,10 +60,6 @@ def _check_head(A: Tensor, V: Tensor) -> None:
     for name, M in (("A", A), ("V", V)):
         if not bool(torch.isfinite(M).all()):
             raise ValueError(f"{name} contains NaN or inf")
-
-
-def _as_tensor(x: float | Tensor) -> Tensor:
-    return torch.as_tensor(x, dtype=torch.float64)
 
 
 def theorem_3_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
@@ -69,7 +76,7 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     """
     _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
-    R, n = _as_tensor(R), _as_tensor(n)
+    R, n = as_radius(R), as_count(n)
     c = 0.0 if score_bias is None else score_bias.double().norm()
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
 
@@ -159,7 +166,7 @@ def multihead_bound(heads: MultiHead, R: float | Tensor, n: int | Tensor) -> Ten
 def theorem_3_5(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
     """Theorem 3.5 / Equation (1): ``||V|| (1 + 3 ||A|| R²) exp(2 ||A|| R²)``, for every ``n``."""
     _check_head(A, V)
-    a, v, R = _norm2(A), _norm2(V), _as_tensor(R)
+    a, v, R = _norm2(A), _norm2(V), as_radius(R)
     return v * (1 + 3 * a * R**2) * torch.exp(2 * a * R**2)
 
 
@@ -171,7 +178,7 @@ def gamma(A: Tensor) -> Tensor:
 
 def proposition_3_4(A: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
     """Proposition 3.4 (``V = I``): ``Lip(f|B_R^n) >= √(n-1) / (1 + (n-1) exp(-2 γ R²))``."""
-    g, R, n = gamma(A), _as_tensor(R), _as_tensor(n)
+    g, R, n = gamma(A), as_radius(R), as_count(n)
     return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-2 * g * R**2))
 
 
@@ -180,14 +187,14 @@ def lemma_c_7(eigenvalue: float | Tensor, R: float | Tensor, n: int | Tensor) ->
 
     ``p = 1/(1 + (n-1) e^{-λR²/4})`` if ``λ > 0``, ``p = 1/(1 + (n-1) e^{-2|λ|R²})`` if ``λ < 0``.
     """
-    lam, R, n = _as_tensor(eigenvalue), _as_tensor(R), _as_tensor(n)
+    lam, R, n = as_real(eigenvalue, "eigenvalue"), as_radius(R), as_count(n)
     rate = torch.where(lam > 0, lam / 4, 2 * lam.abs())
     return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-rate * R**2))
 
 
 def proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
     """Proposition 3.6 / C.8 (``V = I``), leading order: the two-Dirac constant grows like ``(γ/2) R² e^{γR²}``."""
-    g, R = gamma(A), _as_tensor(R)
+    g, R = gamma(A), as_radius(R)
     return g / 2 * R**2 * torch.exp(g * R**2)
 
 
@@ -202,3 +209,67 @@ def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
 def theorem_3_7_limit(X: Tensor, A: Tensor, V: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7 (4.5 masked): ``lim_R Lip_{RX}(f) = ||V||₂ √(max_j #{i : m_i = j})``, ``(B,)``."""
     return _norm2(V) * argmax_counts(X, A, masked=masked).amax(1).double().sqrt()
+
+
+def two_dirac_constant(gamma: float | torch.Tensor, R: float | torch.Tensor) -> torch.Tensor:
+    """Proposition 3.6 (our derivation): the two-Dirac constant is ``(1 + γR²) e^{γR²} / 2``, up to ``O(e^{-2γR²})``."""
+    g, R = as_radius(gamma, "gamma"), as_radius(R)
+    return (1 + g * R**2) * torch.exp(g * R**2) / 2
+
+
+def theorem_3_5_sharpened(A: torch.Tensor, V: torch.Tensor, R: float | torch.Tensor) -> torch.Tensor:
+    """Theorem 3.5 with half its exponent (our proof): ``||V|| ((1 + 2||A||R²) e^{||A||R²} + ||A||R²)``, all ``n``."""
+    _check_head(A, V)
+    a, v, R2 = _norm2(A), _norm2(V), as_radius(R) ** 2
+    return v * ((1 + 2 * a * R2) * torch.exp(a * R2) + a * R2)
+
+
+def lemma_c_7_sharpened(eigenvalue: float | torch.Tensor, R: float | torch.Tensor,
+                        n: int | torch.Tensor) -> torch.Tensor:
+    """Lemma C.7 with the spread term kept (our proof): ``Lip_X(f) >= √(n-1) p (1 + 2γR² (1 - p))``, ``V = I``.
+
+    ``p`` is the lemma's weight and ``2γR² = λR²/4`` (``λ > 0``) or ``2|λ|R²`` (``λ < 0``).
+    """
+    lam, R, n = as_real(eigenvalue, "eigenvalue"), as_radius(R), as_count(n)
+    kappa = torch.where(lam > 0, lam / 4, 2 * lam.abs()) * R**2
+    p = 1 / (1 + (n - 1) * torch.exp(-kappa))
+    return torch.sqrt(n - 1) * p * (1 + kappa * (1 - p))
+
+
+def masked_mean_field_bound(A: torch.Tensor, V: torch.Tensor, R: float | torch.Tensor) -> torch.Tensor:
+    """Theorem 4.4 as re-derived in chapter 7: ``||V|| (a R² + 2 (1 + 2 a R²) e^{2 a R²})``, ``a = ||A||₂``.
+
+    The factor 2 on the key term is Hardy's inequality for the causal averages; without it (the
+    bound of Theorem 3.5) the statement fails for small ``a R²``.
+    """
+    _check_head(A, V)
+    a, v = _norm2(A), _norm2(V)
+    aR2 = a * as_radius(R) ** 2
+    return v * (aR2 + 2 * (1 + 2 * aR2) * torch.exp(2 * aR2))
+
+
+def flow_radius_bound(r0: float | torch.Tensor, V: torch.Tensor, T: float, L: int) -> torch.Tensor:
+    """Chapter 9's ball: every token of layer ``k`` of :func:`attention_flow` has norm ``<= (1 + h ||V||)^k r0``.
+
+    ``h = T/L`` and ``r0`` is the largest initial token norm; shape ``(L + 1,)``. As ``L -> ∞`` this
+    tends to ``e^{||V|| t} r0``, the bound for the flow.
+    """
+    L = check_positive_int(L, "L")
+    v, T = _norm2(V), as_radius(T, "T")
+    k = torch.arange(L + 1, dtype=torch.float64)
+    return as_radius(r0, "r0") * (1 + T / L * v) ** k
+
+
+def flow_gronwall_log(A: torch.Tensor, V: torch.Tensor, r0: float, n: int, T: float, L: int,
+                      step_constants: torch.Tensor | None = None) -> torch.Tensor:
+    """Discrete Grönwall: ``log Π_{j<k} (1 + h Lip_j)``, ``k = 0..L``, bounds ``log(||X_k - Y_k|| / ||X_0 - Y_0||)``.
+
+    ``Lip_j`` defaults to the smaller of Theorem 3.3 and Equation (1) (Theorem 3.5) on the ball of
+    :func:`flow_radius_bound`; pass measured per-layer constants as ``step_constants`` (shape ``(L,)``).
+    """
+    h = as_radius(T, "T") / check_positive_int(L, "L")
+    if step_constants is None:
+        R = flow_radius_bound(r0, V, T, L)[:-1]
+        step_constants = torch.minimum(theorem_3_3(A, V, R, n), theorem_3_5(A, V, R))
+    logs = torch.log1p(h * step_constants.double())
+    return torch.cat([logs.new_zeros(1), logs.cumsum(0)])

@@ -92,6 +92,8 @@ def _check_output(Y: object, X: Tensor) -> None:
         shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
         raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
                          f" it returned {shape}")
+    if not bool(torch.isfinite(Y).all()):
+        raise ValueError("fn returned NaN or inf at X: its local Lipschitz constant is undefined there")
 
 
 def linearize(fn: Map, X: Tensor) -> Linearization:

@@ -46,8 +46,10 @@ __all__ = [
     "OfflineError",
     "attention_inputs",
     "attention_map",
+    "family",
     "head_matrices",
     "is_decoder",
+    "layer_module",
     "load",
     "num_layers",
 ]
@@ -146,7 +148,7 @@ def load(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return model, tokenizer
 
 
-def _family(model: nn.Module) -> str:
+def family(model: nn.Module) -> str:
     """``"bert"`` or ``"gpt2"``; ``TypeError`` for any other module."""
     if isinstance(model, BertModel):
         return "bert"
@@ -157,18 +159,18 @@ def _family(model: nn.Module) -> str:
 
 def is_decoder(model: nn.Module) -> bool:
     """Whether the model's self-attention is causal (Def 2.5): GPT-2 always, BERT when ``is_decoder``."""
-    return _family(model) == "gpt2" or bool(model.config.is_decoder)
+    return family(model) == "gpt2" or bool(model.config.is_decoder)
 
 
 def num_layers(model: nn.Module) -> int:
     """Number of transformer layers."""
-    _family(model)
+    family(model)
     return model.config.num_hidden_layers
 
 
-def _layer(model: nn.Module, layer: int) -> nn.Module:
+def layer_module(model: nn.Module, layer: int) -> nn.Module:
     """The ``layer``-th transformer layer (``BertLayer`` or ``GPT2Block``), range-checked."""
-    layers = model.encoder.layer if _family(model) == "bert" else model.h
+    layers = model.encoder.layer if family(model) == "bert" else model.h
     if not 0 <= layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
     return layers[layer]
@@ -208,9 +210,9 @@ def head_matrices(model: nn.Module, layer: int) -> MultiHead:
     ``Conv1D`` stores ``(in, out)``; ``c_attn`` packs Q, K, V side by side and ``c_proj`` is the output.
     ``W_h`` is the output projection's columns ``h*k:(h+1)*k``.
     """
-    block = _layer(model, layer)
+    block = layer_module(model, layer)
     with torch.no_grad():
-        if _family(model) == "bert":
+        if family(model) == "bert":
             sa, out = block.attention.self, block.attention.output.dense
             return _multihead(sa.query.weight, sa.query.bias, sa.key.weight, sa.value.weight,
                               sa.value.bias, out.weight, out.bias, sa.num_attention_heads, sa.scaling)
@@ -252,7 +254,7 @@ class _HeadsMap:
 
     def __init__(self, model: nn.Module, layer: int) -> None:
         self.model, self.layer = model, layer
-        self.params = list(_layer(model, layer).parameters())
+        self.params = list(layer_module(model, layer).parameters())
         self.masked = is_decoder(model)
         self._key: tuple | None = None
         self._map: MultiHeadMap | None = None
@@ -273,17 +275,17 @@ class _HeadsMap:
 
 def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     """The HF self-attention module itself, with an explicit causal mask for decoders."""
-    block = _layer(model, layer)
-    module = block.attention.self if _family(model) == "bert" else block.attn
+    block = layer_module(model, layer)
+    module = block.attention.self if family(model) == "bert" else block.attn
     decoder = is_decoder(model)
     return lambda X: module(X, attention_mask=_causal_mask(X) if decoder else None)[0]
 
 
 def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     """The attention sub-layer as the model runs it (BERT post-LN, GPT-2 pre-LN), residual included."""
-    block = _layer(model, layer)
+    block = layer_module(model, layer)
     decoder = is_decoder(model)
-    if _family(model) == "bert":
+    if family(model) == "bert":
         return lambda X: block.attention(X, attention_mask=_causal_mask(X) if decoder else None)[0]
     return lambda X: X + block.attn(block.ln_1(X), attention_mask=_causal_mask(X))[0]
 
@@ -324,8 +326,8 @@ class _StopForward(Exception):
 
 def _input_module(model: nn.Module, layer: int, kind: str) -> nn.Module:
     """The module whose first input is the input of ``attention_map(model, layer, kind)``."""
-    block = _layer(model, layer)
-    if _family(model) == "bert":
+    block = layer_module(model, layer)
+    if family(model) == "bert":
         return block.attention if kind == "block" else block.attention.self
     return block if kind == "block" else block.attn
 

@@ -18,8 +18,8 @@ from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
 
-from lipnb import adversarial as adv
 from lipnb import bounds
+from lipnb import inputs as adv
 from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
 from lipnb.lipschitz import exact_local_lipschitz
 

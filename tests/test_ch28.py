@@ -9,23 +9,23 @@ import torch
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
 from lipnb import MultiHead, exact_local_lipschitz, local_lipschitz, models, multihead_attention
-from lipnb.attention import (
-    MultiHeadMap,
+from lipnb.attention import MultiHeadMap
+from lipnb.heads import (
+    attention_layernorm,
+    bias_perturbation_effect,
+    layernorm_activations,
+    per_head_lipschitz,
+    single_head,
+    textbook_multihead,
+)
+from lipnb.inputs import maximize_local_lipschitz
+from lipnb.normalization import (
     absorb_normalization,
     layer_norm,
     normalization_radius,
     normalization_radius_bound,
     normalize_tokens,
     rms_norm,
-)
-from lipnb.experiments import (
-    attention_layernorm,
-    bias_perturbation_effect,
-    layernorm_activations,
-    maximize_local_lipschitz,
-    per_head_lipschitz,
-    single_head,
-    textbook_multihead,
 )
 
 F64 = torch.float64

@@ -8,16 +8,19 @@ import pytest
 import torch
 
 from lipnb import MultiHead, exact_local_lipschitz, jacobian_matrix, self_attention
-from lipnb.adversarial import adversarial_case, lemma_c_7_input
-from lipnb.bounds import gamma, lemma_c_7, multihead_data_bound, theorem_3_3, theorem_c_3, theorem_c_3_terms
-from lipnb.experiments import (
-    ball_tokens,
-    bootstrap_slope,
-    head_spectra,
-    lemma_c2_term_matrices,
-    lemma_c_7_constants,
+from lipnb.bounds import (
+    gamma,
+    lemma_c_7,
     lemma_c_7_sharpened,
+    multihead_data_bound,
+    theorem_3_3,
+    theorem_c_3,
+    theorem_c_3_terms,
 )
+from lipnb.inputs import adversarial_case, ball_tokens, head_spectra, lemma_c_7_input
+from lipnb.jacobian import lemma_c2_term_matrices
+from lipnb.stats import bootstrap_slope
+from lipnb.sweeps import lemma_c_7_constants
 
 f64 = torch.float64
 
@@ -122,24 +125,26 @@ def test_lemma_c_7_constants_for_huge_n_stay_above_the_bound() -> None:
 
 
 def test_synthetic_sweep_respects_both_bounds(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from lipnb.experiments import random_head, synthetic_bound_sweep
+    from lipnb.inputs import random_head
+    from lipnb.sweeps import synthetic_bound_sweep
 
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
     d = 5
     R = math.sqrt(3 / gamma(random_head(d, 0)).item())
     result = synthetic_bound_sweep(d, 0, R, [2, 8, 32], 2)
     for family in ("random", "adversarial"):
-        r = result[family]
+        r = result.where(inputs=family)
         assert bool((r["lip"] <= r["data_bound"]).all() and (r["data_bound"] <= r["bound"]).all())
         assert bool((r["column_sum"] <= r["n"] + 1e-9).all())
-    assert synthetic_bound_sweep(d, 0, R, [2, 8, 32], 2)["random"]["lip"].equal(result["random"]["lip"])
+    again = synthetic_bound_sweep(d, 0, R, [2, 8, 32], 2)
+    assert again.where(inputs="random")["lip"].equal(result.where(inputs="random")["lip"])
 
 
 def test_real_sweeps_on_a_tiny_grid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pathlib import Path
 
     from lipnb import data
-    from lipnb.experiments import head_gamma_table, real_adversarial_sweep, real_lipschitz_sweep
+    from lipnb.sweeps import head_gamma_table, real_adversarial_sweep, real_lipschitz_sweep
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "data"
     folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
@@ -152,6 +157,8 @@ def test_real_sweeps_on_a_tiny_grid(tmp_path, monkeypatch: pytest.MonkeyPatch) -
     assert bool((real["lip"] <= real["data_bound"]).all() and (real["data_bound"] <= real["bound"]).all())
     assert bool((real["mean_radius"] <= real["radius"]).all())
     table = head_gamma_table("minilm", [8], 1)
-    assert table["gamma"].shape == (6, 12) and bool((table["gamma"] > 0).all())
-    adv = real_adversarial_sweep("minilm", 1, 0, table["radius"][1].item(), [4, 8])
+    gammas = table.pivot("gamma", "layer", "head")
+    assert gammas.shape == (6, 12) and bool((gammas > 0).all())
+    radius = table.pivot("radius", "layer", "head")[:, 0]
+    adv = real_adversarial_sweep("minilm", 1, 0, radius[1].item(), [4, 8])
     assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())

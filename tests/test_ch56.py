@@ -8,25 +8,18 @@ import pytest
 import torch
 
 from lipnb import exact_local_lipschitz, self_attention, weighted_operator_norm
-from lipnb.adversarial import argmax_configuration, proposition_3_6_measure
-from lipnb.bounds import theorem_3_5, theorem_3_7_limit
-from lipnb.experiments import (
-    attention_covariances,
-    fit_line,
-    large_radius_error,
+from lipnb.bounds import theorem_3_5, theorem_3_5_sharpened, theorem_3_7_limit, two_dirac_constant
+from lipnb.inputs import argmax_configuration, proposition_3_6_measure, repeat_tokens
+from lipnb.jacobian import attention_covariances, score_gaps, selection_jacobian
+from lipnb.measures import (
     own_query_norms,
-    quadratic_growth_slopes,
-    repeat_tokens,
     repeated_token_lipschitz,
-    score_gaps,
-    selection_jacobian,
-    student_interval,
     synchronous_lipschitz,
-    theorem_3_5_sharpened,
-    two_dirac_constant,
     wasserstein2_empirical,
     weighted_attention_lipschitz,
 )
+from lipnb.stats import fit_line, student_interval
+from lipnb.sweeps import large_radius_error, quadratic_growth_slopes
 
 f64 = torch.float64
 

@@ -11,20 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import bounds, jacobian_matrix, local_lipschitz, self_attention
-from lipnb.experiments import (
-    attention_flow,
-    attention_flow_rk4,
-    ball_tokens,
-    cluster_labels,
-    conditional_w2,
-    flow_gronwall_log,
-    flow_jacobians,
-    flow_radius_bound,
-    jacobian_block_norms,
-    masked_mean_field,
-    masked_mean_field_bound,
-    masked_mean_field_ratio,
-)
+from lipnb.bounds import flow_gronwall_log, flow_radius_bound, masked_mean_field_bound
+from lipnb.flow import attention_flow, attention_flow_rk4, cluster_labels, flow_jacobians
+from lipnb.inputs import ball_tokens
+from lipnb.jacobian import jacobian_block_norms
+from lipnb.measures import conditional_w2, masked_mean_field, masked_mean_field_ratio
 
 DT = torch.float64
 

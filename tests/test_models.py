@@ -203,7 +203,7 @@ def test_mha_map_has_closed_form_products(loaded: dict[str, tuple], double: dict
         for a, b in ((lin.output, Y), (lin.jvp(E), JE), (lin.vjp(G), JtG)):
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
         with torch.no_grad():
-            next(models._layer(model, 1).parameters()).mul_(1.5)
+            next(models.layer_module(model, 1).parameters()).mul_(1.5)
 
 
 @pytest.mark.parametrize("name", OFFLINE)

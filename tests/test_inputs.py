@@ -17,8 +17,8 @@ from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
 
-from lipnb import adversarial as adv
 from lipnb import bounds
+from lipnb import inputs as adv
 from lipnb.attention import attention_matrix, self_attention
 from lipnb.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
@@ -244,14 +244,14 @@ def test_quadratic_growth_on_the_null_set(n: int) -> None:
         (lambda: adv.real_eigenpairs(torch.ones(2, 3, dtype=F64)), "square"),
         (lambda: adv.real_eigenpairs(torch.ones(2, dtype=F64)), "square"),
         (lambda: adv.real_eigenpairs(diag(1.0, float("nan"))), "NaN or inf"),
-        (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), 1.0, 1), "n >= 2"),
-        (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), -1.0, 3), "non-negative"),
+        (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), 1.0, 1), "n must be >= 2"),
+        (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), -1.0, 3), "R must be >= 0"),
         (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), float("inf"), 3), "finite"),
         (lambda: adv.lemma_c_7_input(diag(1.0, -1.0), 1.0, 3, case="pos"), "case must be"),  # type: ignore[arg-type]
         (lambda: adv.lemma_c_7_input(diag(-1.0, -2.0), 1.0, 3, case="positive"), "positive real eigenvalue"),
         (lambda: adv.lemma_c_7_input(diag(1.0, 2.0), 1.0, 3, case="negative"), "negative real eigenvalue"),
         (lambda: adv.argmax_configuration(diag(-1.0, -2.0), 1.0, 3), "positive real eigenvalue"),
-        (lambda: adv.quadratic_growth_input(1.0, 1, 3), "n >= 2"),
+        (lambda: adv.quadratic_growth_input(1.0, 1, 3), "n must be >= 2"),
     ],
     ids=["eig-rotation", "c7-rotation", "case-rotation", "p36-rotation", "argmax-rotation", "eig-not-square",
          "eig-rank-1", "eig-nan", "c7-n1", "c7-negative-R", "c7-inf-R", "c7-bad-case", "c7-no-positive",

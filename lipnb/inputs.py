@@ -1,24 +1,33 @@
-"""Inputs that attain the lower bounds of Castin et al. (2024): Lemma C.7, Prop. 3.4, 3.6, App. C.7.
-
-Every constructor takes a radius ``R`` that may be a number or a 1-D tensor; the result is batched
-over radii, shape ``(len(R), n, d)``, in the dtype and on the device of ``A``.
-"""
+"""Inputs: configurations attaining the lower bounds (Lemma C.7, Prop. 3.4, 3.6, App. C.7), random, optimised."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
 
+from .checks import as_radius, check_float, check_positive_int
+
 __all__ = [
+    "Case",
+    "HeadSpectrum",
     "adversarial_case",
     "argmax_configuration",
+    "ball_tokens",
+    "head_spectra",
     "lemma_c_7_input",
+    "maximize_local_lipschitz",
     "proposition_3_6_measure",
     "quadratic_growth_input",
+    "random_head",
     "real_eigenpairs",
+    "repeat_tokens",
 ]
+
 
 Case = Literal["positive", "negative", "auto"]
 
@@ -28,10 +37,9 @@ def real_eigenpairs(A: Tensor, *, rtol: float = 1e-9) -> tuple[Tensor, Tensor]:
 
     Raises ``ValueError`` when ``A`` is not square or has no real eigenvalue.
     """
+    check_float(A, "A")
     if A.dim() != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"A must be a square matrix; got shape {tuple(A.shape)}")
-    if not bool(torch.isfinite(A).all()):
-        raise ValueError("A contains NaN or inf")
     values, vectors = torch.linalg.eig(A.double())
     scale = values.abs().max().clamp_min(1e-300)
     real = values.imag.abs() <= rtol * scale
@@ -58,10 +66,7 @@ def adversarial_case(A: Tensor) -> Literal["positive", "negative"]:
 
 
 def _radii(R: float | Tensor, A: Tensor) -> Tensor:
-    r = torch.as_tensor(R, dtype=A.dtype, device=A.device).reshape(-1)
-    if bool((r < 0).any()) or not bool(torch.isfinite(r).all()):
-        raise ValueError("radii must be finite and non-negative")
-    return r
+    return as_radius(R).to(dtype=A.dtype, device=A.device).reshape(-1)
 
 
 def _eigen_direction(A: Tensor, case: Case) -> tuple[Tensor, Literal["positive", "negative"]]:
@@ -84,8 +89,7 @@ def lemma_c_7_input(A: Tensor, R: float | Tensor, n: int, *, case: Case = "auto"
     ``u`` is a unit eigenvector of the largest (positive case) or smallest (negative case) real
     eigenvalue; ``case="auto"`` applies the rule of Sec. 5.2. Every token lies in ``B_R``.
     """
-    if n < 2:
-        raise ValueError(f"Lemma C.7 needs n >= 2 tokens; got n = {n}")
+    n = check_positive_int(n, "n", minimum=2)
     u, chosen = _eigen_direction(A, case)
     coef = torch.full((n,), 0.5 if chosen == "positive" else 1.0, dtype=A.dtype, device=A.device)
     coef[0] = 1.0 if chosen == "positive" else -1.0
@@ -114,6 +118,7 @@ def argmax_configuration(A: Tensor, R: float | Tensor, n: int, *, jitter: float 
     Lemma C.7's positive configuration, perturbed by a small seeded random jitter so that it lies
     off the null set of ties; the limit norm is then ``||V|| √n``.
     """
+    jitter = float(as_radius(jitter, "jitter"))
     base = lemma_c_7_input(A, 1.0, n, case="positive")[0]
     g = torch.Generator(device="cpu").manual_seed(seed)
     noise = torch.randn(base.shape, generator=g, dtype=torch.float64).to(base)
@@ -128,10 +133,105 @@ def quadratic_growth_input(R: float | Tensor, n: int, d: int, *, seed: int = 0,
     The first token scores every token equally, so its output moves with the tokens' covariance,
     which grows like ``R²``: on this null set ``Lip_X(f)`` grows like ``R²``, not ``√n``.
     """
-    if n < 2:
-        raise ValueError(f"the App. C.7 configuration needs n >= 2; got n = {n}")
+    n, d = check_positive_int(n, "n", minimum=2), check_positive_int(d, "d")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64; got {dtype}")
     g = torch.Generator(device="cpu").manual_seed(seed)
     Z = torch.randn(n - 1, d, generator=g, dtype=torch.float64).to(dtype)
     Z = Z / Z.norm(dim=1, keepdim=True)
     X = torch.cat([torch.zeros(1, d, dtype=dtype), Z]).unsqueeze(0)
-    return torch.as_tensor(R, dtype=dtype).reshape(-1, 1, 1) * X
+    return as_radius(R).to(dtype).reshape(-1, 1, 1) * X
+
+
+def ball_tokens(batch: int, n: int, d: int, R: float, *, seed: int = 0) -> torch.Tensor:
+    """Theorem 3.3's domain ``B_R^n``: ``(batch, n, d)`` tokens drawn uniformly in the ball of radius ``R``, float64."""
+    batch, n, d = (check_positive_int(k, name) for k, name in ((batch, "batch"), (n, "n"), (d, "d")))
+    R = float(as_radius(R))
+    g = torch.Generator().manual_seed(seed)
+    directions = torch.nn.functional.normalize(torch.randn(batch, n, d, generator=g, dtype=torch.float64), dim=-1)
+    radii = R * torch.rand(batch, n, 1, generator=g, dtype=torch.float64) ** (1.0 / d)
+    return radii * directions
+
+
+def random_head(d: int, seed: int) -> torch.Tensor:
+    """A test head for Theorem 3.3 / Prop. 3.4: ``A`` with i.i.d. ``N(0, 1/d)`` entries, float64, ``(d, d)``."""
+    d = check_positive_int(d, "d")
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+
+
+def repeat_tokens(Y: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Def C.4: the sequence ``(B, sum m, d)`` holding token ``y_k`` of ``Y`` ``(B, K, d)`` repeated ``m_k`` times."""
+    counts = torch.as_tensor(counts, dtype=torch.long, device=Y.device)
+    if counts.shape != Y.shape[1:2] or bool((counts < 1).any()):
+        raise ValueError(f"counts must be K = {Y.shape[1]} positive integers; got {counts.tolist()}")
+    return Y.repeat_interleave(counts, dim=1)
+
+
+@dataclass(frozen=True)
+class HeadSpectrum:
+    """Prop. 3.4 for each head: largest and smallest real eigenvalue of ``A_h``, ``γ_h`` and the Sec. 5.2 case."""
+
+    largest: torch.Tensor
+    smallest: torch.Tensor
+    gamma: torch.Tensor
+    positive: torch.Tensor
+
+
+def head_spectra(A: torch.Tensor, *, rtol: float = 1e-9) -> HeadSpectrum:
+    """Prop. 3.4 / Sec. 5.2 for a stack ``(H, d, d)``: ``γ_h = max(γ_1/8, -γ_d)`` via a low-rank factorization.
+
+    ``A = B C`` from the SVD truncated at rank ``r``; the non-zero eigenvalues of ``A`` are those of the
+    ``r x r`` matrix ``C B``, and ``0`` is one more when ``r < d``. ``positive`` is ``γ_1 > -8 γ_d``.
+    """
+    check_float(A, "A")
+    if A.dim() != 3 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"A must be a stack of square matrices (H, d, d); got shape {tuple(A.shape)}")
+    A = A.double()
+    largest, smallest = [], []
+    for M in A:
+        U, S, Vh = torch.linalg.svd(M)
+        r = int((S > S[0] * M.shape[0] * torch.finfo(torch.float64).eps).sum())
+        values = torch.linalg.eigvals((Vh[:r] @ U[:, :r]) * S[:r])
+        scale = values.abs().max().clamp_min(1e-300)
+        real = values.real[values.imag.abs() <= rtol * scale]
+        if r < M.shape[0]:
+            real = torch.cat([real, real.new_zeros(1)])
+        if real.numel() == 0:
+            raise ValueError("a head has no real eigenvalue, so Lemma C.7 / Proposition 3.4 do not apply")
+        largest.append(real.max())
+        smallest.append(real.min())
+    top, bottom = torch.stack(largest), torch.stack(smallest)
+    return HeadSpectrum(top, bottom, torch.maximum(top / 8, -bottom), top > -8 * bottom)
+
+
+def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: torch.Tensor, R: float, *,
+                             steps: int = 100, lr: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lemma 3.1 on ``B_R^n``: projected gradient ascent (Adam) of the exact float64 ``Lip_X(fn)`` from each start.
+
+    For small ``n d`` only (dense Jacobians). Returns the best inputs ``(B, n, d)``, every token of norm
+    ``<= R``, and their local constants ``(B,)``: lower bounds on ``Lip(fn|B_R^n)``.
+    """
+    X = X0.detach().double().clone()
+    X = (X * (R / X.norm(dim=-1, keepdim=True)).clamp(max=1)).requires_grad_(True)
+    optimizer = torch.optim.Adam([X], lr=lr)
+
+    def value(Z: torch.Tensor) -> torch.Tensor:
+        norms = []
+        for z in Z:
+            J = torch.autograd.functional.jacobian(lambda u: fn(u[None])[0], z, create_graph=True, vectorize=True)
+            norms.append(torch.linalg.matrix_norm(J.reshape(-1, z.numel()), ord=2))
+        return torch.stack(norms)
+
+    best, best_X = torch.full((len(X),), -torch.inf, dtype=torch.float64), X.detach().clone()
+    for _ in range(steps + 1):
+        v = value(X)
+        better = v.detach() > best
+        best = torch.where(better, v.detach(), best)
+        best_X[better] = X.detach()[better]
+        optimizer.zero_grad()
+        (-v.sum()).backward()
+        optimizer.step()
+        with torch.no_grad():
+            X.mul_((R / X.norm(dim=-1, keepdim=True)).clamp(max=1))
+    return best_X, best

@@ -1,0 +1,143 @@
+"""Results of the book's sweeps: a typed, tidy table with its provenance, a CSV cache, progress bars.
+
+A sweep returns a :class:`ResultTable`: one row per measurement, columns of numbers or labels, and a
+``provenance`` record (the sweep, its parameters, the profile, lipnb's version and a hash of its source,
+torch's version). Tables are cached as CSV (full float64 precision) beside a JSON provenance file, in
+:func:`cache_dir`; an entry is found only under the same sweep, parameters, profile and source hash, so a
+stale result is never used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+__all__ = [
+    "CACHE_ENV",
+    "ResultTable",
+    "cache_dir",
+    "cached_table",
+    "code_version",
+    "progress",
+]
+
+T = TypeVar("T")
+CACHE_ENV = "LIPNB_CACHE_DIR"
+Column = Tensor | Sequence[float] | Sequence[int] | Sequence[str]
+
+
+def cache_dir() -> Path:
+    """The results cache: ``$LIPNB_CACHE_DIR``, else ``results/`` in the user cache (never inside the package)."""
+    from .data import user_cache_dir
+
+    return Path(os.environ.get(CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
+
+
+def code_version() -> str:
+    """A hash of lipnb's source files: editing any sweep (or what it calls) changes every cache key."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _as_column(name: str, values: Column) -> list | Tensor:
+    if isinstance(values, Tensor):
+        if values.dim() != 1:
+            raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
+        return values.detach().cpu()
+    return list(values)
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """A tidy table of results (one row per measurement) and where it came from."""
+
+    frame: pd.DataFrame
+    provenance: Mapping[str, object]
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Column], provenance: Mapping[str, object]) -> ResultTable:
+        """Build a table from equal-length 1-D columns (tensors, number or label lists)."""
+        data = {name: _as_column(name, values) for name, values in columns.items()}
+        lengths = {name: len(values) for name, values in data.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns differ in length: {lengths}")
+        frame = pd.DataFrame({k: v.numpy() if isinstance(v, Tensor) else v for k, v in data.items()})
+        return cls(frame, dict(provenance))
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return list(self.frame.columns)
+
+    def __getitem__(self, column: str) -> Tensor:
+        """A numeric column as a float64 tensor (labels: use :attr:`frame`)."""
+        if column not in self.frame:
+            raise KeyError(f"no column {column!r}; the table has {self.columns}")
+        values = self.frame[column]
+        if not pd.api.types.is_numeric_dtype(values):
+            raise TypeError(f"column {column!r} holds labels, not numbers: read it from .frame")
+        return torch.tensor(values.to_numpy(dtype="float64"))
+
+    def where(self, **equal: object) -> ResultTable:
+        """The rows whose columns equal the given values, e.g. ``table.where(inputs="random")``."""
+        keep = pd.Series(True, index=self.frame.index)
+        for column, value in equal.items():
+            if column not in self.frame:
+                raise KeyError(f"no column {column!r}; the table has {self.columns}")
+            keep &= self.frame[column] == value
+        return ResultTable(self.frame[keep].reset_index(drop=True), self.provenance)
+
+    def pivot(self, value: str, index: str, columns: str) -> Tensor:
+        """``value`` laid out as a float64 matrix, rows by sorted ``index``, columns by sorted ``columns``."""
+        table = self.frame.pivot(index=index, columns=columns, values=value).sort_index().sort_index(axis=1)
+        return torch.tensor(table.to_numpy(dtype="float64"))
+
+    def to_csv(self, path: Path) -> None:
+        """Write the rows to ``path`` (full float64 precision) and the provenance to ``path`` + ``.json``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        self.frame.to_csv(tmp, index=False, float_format="%.17g")
+        tmp.replace(path)
+        path.with_suffix(".json").write_text(json.dumps(dict(self.provenance), indent=1, sort_keys=True, default=str))
+
+    @classmethod
+    def read_csv(cls, path: Path) -> ResultTable:
+        """Read a table written by :meth:`to_csv`."""
+        provenance = json.loads(path.with_suffix(".json").read_text())
+        return cls(pd.read_csv(path, keep_default_na=False), provenance)
+
+
+def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:
+    """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored."""
+    from .profiles import profile
+
+    provenance = {"sweep": name, "params": dict(params), "profile": profile().name, "code": code_version(),
+                  "torch": torch.__version__}
+    key = json.dumps(provenance, sort_keys=True, default=str)
+    path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
+    if path.exists() and path.with_suffix(".json").exists():
+        return ResultTable.read_csv(path)
+    table = ResultTable.from_columns(compute(), json.loads(key))
+    table.to_csv(path)
+    return table
+
+
+def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
+    """A tqdm progress bar that stays quiet when ``LIPNB_PROGRESS=0`` (as in CI logs)."""
+    disable = os.environ.get("LIPNB_PROGRESS", "1") == "0"
+    return iter(tqdm(items, desc=desc, total=total, disable=disable, leave=False))
