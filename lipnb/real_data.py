@@ -1,7 +1,7 @@
 """Part II's sweeps (Sec. 5, App. C.5, E.2): local constants of real layers on real and adversarial inputs.
 
-Every sweep returns one tidy ``pandas.DataFrame`` (a row per measured input) and caches it as CSV,
-keyed by its parameters, the profile and a hash of lipnb's source. The map is a parameter:
+Every sweep returns one tidy :class:`~lipnb.results.ResultTable` (a row per measured input), cached as
+CSV keyed by its parameters, the profile and a hash of lipnb's source. The map is a parameter:
 ``kind`` is ``"head"`` (one head, Def 2.1, with its biases), ``"mha"`` (Def 2.2 + App. E.3),
 ``"self"`` or ``"block"`` (the Hugging Face modules, see :func:`lipnb.models.attention_map`);
 ``estimator`` is ``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code).
@@ -9,13 +9,10 @@ keyed by its parameters, the profile and a hash of lipnb's source. The map is a 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import pandas as pd
 import torch
@@ -23,25 +20,29 @@ from torch import Tensor, nn
 
 from . import data, models
 from .attention import MultiHeadMap
-from .experiments import bootstrap_slope, cache_dir, fit_line, progress, single_head
+from .heads import single_head
 from .lipschitz import local_lipschitz
 from .published import published_A, published_estimator
+from .results import ResultTable, cached_table, progress
+from .stats import bootstrap_slope, fit_line, power_law_break
 
 __all__ = [
     "DATASETS",
     "GRIDS",
     "MAP_KINDS",
     "Grid",
+    "adversarial_layers",
     "adversarial_sweep",
-    "cached_table",
+    "adversarial_table",
     "dataset_text",
     "grid",
     "growth_fits",
     "layer_map",
+    "layer_radii",
     "load_model",
     "position_aliasing",
-    "power_law_break",
     "real_data_sweep",
+    "real_data_table",
     "token_radii",
 ]
 
@@ -90,31 +91,6 @@ def grid() -> Grid:
     from .profiles import profile
 
     return GRIDS[profile().name]
-
-
-def _code_hash() -> str:
-    """A hash of lipnb's source files: any code change makes every cached table stale."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def cached_table(name: str, params: dict, compute: Callable[[], pd.DataFrame]) -> pd.DataFrame:
-    """``compute()`` as a CSV under :func:`lipnb.experiments.cache_dir`, keyed by ``name``, ``params`` and the code."""
-    from .profiles import profile
-
-    key = json.dumps({"name": name, "params": params, "profile": profile().name, "code": _code_hash()},
-                     sort_keys=True, default=str)
-    path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
-    if path.exists():
-        return pd.read_csv(path)
-    table = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    table.to_csv(tmp, index=False)
-    tmp.replace(path)
-    return table
 
 
 def dataset_text(dataset: str) -> str:
@@ -176,7 +152,7 @@ def _measure(fn: Map, X: Tensor, estimator: str) -> Tensor:
 
 def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_length: int, *,
                     layers: Sequence[int] | None = None, kind: str = "mha", head: int = 0,
-                    masked: bool | None = None, estimator: str = "lanczos") -> pd.DataFrame:
+                    masked: bool | None = None, estimator: str = "lanczos") -> ResultTable:
     """Sec. 5.1: ``Lip_X`` and the token radius of every input of ``dataset`` at every layer (default: all).
 
     Inputs are :func:`lipnb.data.token_sequences` of the text (disjoint windows), captured where the map
@@ -189,7 +165,7 @@ def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
               "layers": None if layers is None else list(layers), "kind": kind, "head": head, "masked": masked,
               "estimator": estimator}
 
-    def compute() -> pd.DataFrame:
+    def compute() -> dict[str, list]:
         model, tokenizer = load_model(model_name)
         mapped = model
         if masked is False and model_name in UNMASKED_TWIN and kind in ("self", "block"):
@@ -212,7 +188,7 @@ def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
                     "masked": causal, "estimator": estimator, "n": n, "sequence": range(len(X)),
                     "lip": lip.cpu().numpy(), "radius": norms.square().mean(1).sqrt().cpu().numpy(),
                     "max_radius": norms.amax(1).cpu().numpy()}))
-        return pd.concat(rows, ignore_index=True)
+        return pd.concat(rows, ignore_index=True).to_dict("list")
 
     return cached_table("real_data_sweep", params, compute)
 
@@ -238,21 +214,21 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
 
 def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: float, *,
                       heads: Sequence[int] | None = None, kinds: Sequence[str] = ("head", "mha"),
-                      A_source: str = "true", estimator: str = "lanczos") -> pd.DataFrame:
+                      A_source: str = "true", estimator: str = "lanczos") -> ResultTable:
     """Sec. 5.2: ``Lip_X`` at Lemma C.7's input ``X`` built on head ``h``'s ``A`` at radius ``R``, ``n`` in ``lengths``.
 
     ``A_source``: ``"true"`` (:func:`lipnb.models.head_matrices`) or ``"published"``
     (:func:`lipnb.published.published_A`). ``kinds``: the single head ``h`` and/or the whole layer.
     Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``.
     """
-    from .adversarial import lemma_c_7_input
+    from .inputs import lemma_c_7_input
 
     lengths = [int(n) for n in lengths]
     params = {"model": model_name, "layer": layer, "lengths": lengths, "R": round(float(R), 6),
               "heads": None if heads is None else list(heads), "kinds": list(kinds), "A_source": A_source,
               "estimator": estimator}
 
-    def compute() -> pd.DataFrame:
+    def compute() -> dict[str, list]:
         model, _ = load_model(model_name)
         p = next(model.parameters())
         multi = models.head_matrices(model, layer)
@@ -272,60 +248,50 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
                 rows.append(pd.DataFrame({"model": model_name, "layer": layer, "head": h, "kind": kind,
                                           "A_source": A_source, "estimator": estimator, "R": float(R),
                                           "n": lengths, "lip": lip.cpu().numpy()}))
-        return pd.concat(rows, ignore_index=True)
+        return pd.concat(rows, ignore_index=True).to_dict("list")
 
     return cached_table("adversarial_sweep", params, compute)
 
 
-def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3, alpha: float = 1e-3,
-                    min_jump: float = 1.25, min_slope_change: float = 0.15) -> dict:
-    """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
-
-    Every split between distinct lengths with at least ``min_side`` lengths on each side is tried; the
-    best is kept if its F test's p-value (anti-conservative, the split being chosen) is below ``alpha`` and the
-    break matters: the two segments differ at the break by a factor ``min_jump`` or in slope by ``min_slope_change``
-    (nearly noiseless data pass the F test on a negligible kink).
-    Returns ``break_n`` (first length after the break, ``nan`` if none), ``p``, ``slope_before``,
-    ``slope_after`` and ``jump`` (ratio of the two segments' values at the break).
-    """
-    from scipy import stats
-
-    x = torch.as_tensor(list(n), dtype=torch.float64).log()
-    y = torch.as_tensor(list(lip), dtype=torch.float64).log()
-    levels = torch.unique(x)
-    if len(levels) < 2 * min_side:
-        raise ValueError(f"need at least {2 * min_side} distinct lengths; got {len(levels)}")
-
-    def rss(xs: Tensor, ys: Tensor) -> tuple[float, float, float]:
-        xc = xs - xs.mean()
-        slope = float((xc * (ys - ys.mean())).sum() / xc.square().sum())
-        intercept = float(ys.mean() - slope * xs.mean())
-        return float((ys - intercept - slope * xs).square().sum()), slope, intercept
-
-    one, _, _ = rss(x, y)
-    best = None
-    for k in range(min_side, len(levels) - min_side + 1):
-        left = x < levels[k]
-        a, b = rss(x[left], y[left]), rss(x[~left], y[~left])
-        if best is None or a[0] + b[0] < best[0]:
-            best = (a[0] + b[0], k, a, b)
-    two, k, a, b = best
-    dof = len(x) - 4
-    F = (one - two) / 2 / max(two / dof, 1e-300)
-    p = float(stats.f.sf(F, 2, dof))
-    at = float(levels[k])
-    jump = math.exp((b[2] + b[1] * at) - (a[2] + a[1] * at))
-    found = p < alpha and (abs(math.log(jump)) >= math.log(min_jump) or abs(b[1] - a[1]) >= min_slope_change)
-    return {"break_n": round(math.exp(at)) if found else math.nan, "p": p, "slope_before": a[1],
-            "slope_after": b[1], "jump": jump}
+def real_data_table(g: Grid) -> pd.DataFrame:
+    """Sec. 5.1 in full: :func:`real_data_sweep` of every layer of the grid's three models on both texts (``"mha"``)."""
+    return pd.concat([real_data_sweep(name, dataset, lengths, g.per_length).frame
+                      for name in (g.encoder, g.decoder, g.gpt2)
+                      for dataset, lengths in (("alice", g.lengths), ("ag_news", g.ag_news_lengths))],
+                     ignore_index=True)
 
 
-def growth_fits(table: pd.DataFrame, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
+def layer_radii(name: str, g: Grid) -> pd.Series:
+    """Sec. 5.2's radius ``R_ℓ`` of every layer: the mean over Alice sequences of :func:`token_radii`."""
+    return token_radii(name, "alice", g.lengths[-3:], g.per_length).groupby("layer").radius.mean()
+
+
+def adversarial_layers(g: Grid) -> dict[str, list[int]]:
+    """The layers whose every head is studied: the grid's choice for the encoder, and for the decoder and random
+    GPT-2 the same in the ``paper`` profile, the middle layer in ``quick``."""
+    chosen = {}
+    for name in (g.encoder, g.decoder, g.gpt2):
+        L = models.num_layers(load_model(name)[0])
+        chosen[name] = g.adversarial_layers(L) if name == g.encoder or g.every_adversarial_layer else [L // 2]
+    return chosen
+
+
+def adversarial_table(g: Grid) -> pd.DataFrame:
+    """Sec. 5.2 in full: :func:`adversarial_sweep` on every head of :func:`adversarial_layers`, at ``R_ℓ``."""
+    rows = []
+    for name, layers in adversarial_layers(g).items():
+        radii = layer_radii(name, g)
+        rows += [adversarial_sweep(name, layer, g.adversarial_lengths, float(radii[layer])).frame for layer in layers]
+    return pd.concat(rows, ignore_index=True)
+
+
+def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
     """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
     ``C = e^intercept`` (Student interval when every length has one input), and :func:`power_law_break`'s
     verdict where there are enough lengths."""
+    frame = table.frame if isinstance(table, ResultTable) else table
     rows = []
-    for key, group in table.groupby(list(by), sort=True):
+    for key, group in frame.groupby(list(by), sort=True):
         lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()
         ly = torch.tensor(group[y].to_numpy(), dtype=torch.float64).log()
         if group[x].nunique() == len(group):

@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import models, real_data
+from lipnb.stats import power_law_break
 
 
 @given(alpha=st.floats(0.1, 1.0), C=st.floats(0.5, 5.0), seed=st.integers(0, 1000))
@@ -28,7 +29,7 @@ def test_power_law_break_finds_a_jump() -> None:
     n = torch.tensor([8, 16, 32, 64, 128, 192, 256, 384, 512], dtype=torch.float64).repeat_interleave(2)
     lip = 3 * n**0.25 * torch.where(n > 128, 2.0, 1.0)
     lip = lip * (1 + 0.01 * torch.cos(torch.arange(len(n), dtype=torch.float64)))
-    verdict = real_data.power_law_break(n.numpy(), lip.numpy())
+    verdict = power_law_break(n.numpy(), lip.numpy())
     assert verdict["break_n"] == 192
     assert math.isclose(verdict["jump"], 2.0, rel_tol=0.05)
     assert abs(verdict["slope_before"] - 0.25) < 0.02
@@ -36,7 +37,7 @@ def test_power_law_break_finds_a_jump() -> None:
 
 def test_power_law_break_needs_lengths() -> None:
     with pytest.raises(ValueError, match="distinct lengths"):
-        real_data.power_law_break([1, 2, 3], [1, 2, 3])
+        power_law_break([1, 2, 3], [1, 2, 3])
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +69,25 @@ def test_layer_map_rejects_bad_arguments(decoder: torch.nn.Module) -> None:
         real_data.layer_map(decoder, 0, "head", head=12)
     with pytest.raises(ValueError, match="dataset"):
         real_data.dataset_text("wiki")
+
+
+def test_position_aliasing_matches_a_direct_cosine() -> None:
+    encoder = models.load("minilm")[0]
+    table = real_data.position_aliasing(encoder, 128)
+    P = encoder.embeddings.position_embeddings.weight.detach().double()
+    row = table.iloc[5]
+    direct = torch.nn.functional.cosine_similarity(P[int(row.position)], P[:128], dim=-1)
+    assert int(row.alias) == int(direct.argmax())
+    assert math.isclose(row.cosine, float(direct.max()), rel_tol=1e-9)
+    with pytest.raises(TypeError, match="BERT"):
+        real_data.position_aliasing(models.load("gpt2-random")[0], 10)
+
+
+def test_token_radii_are_the_rms_norms_of_the_attention_inputs() -> None:
+    table = real_data.token_radii("minilm", "alice", [6], 2)
+    model, tokenizer = models.load("minilm")
+    ids = real_data.data.token_sequences(real_data.dataset_text("alice"), tokenizer, [6], 2)[6]
+    X = models.attention_inputs(model, 2, ids).double()
+    expected = X.norm(dim=-1).square().mean(1).sqrt()
+    got = torch.tensor(table[table.layer == 2].radius.to_numpy())
+    torch.testing.assert_close(got, expected)
