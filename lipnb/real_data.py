@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
-from . import data, models
+from . import data, llama, models
 from .attention import MultiHeadMap
 from .heads import single_head
 from .lipschitz import local_lipschitz
@@ -30,16 +30,20 @@ __all__ = [
     "DATASETS",
     "GRIDS",
     "MAP_KINDS",
+    "PAPER",
     "Grid",
     "adversarial_layers",
     "adversarial_sweep",
     "adversarial_table",
+    "attention_inputs",
     "dataset_text",
     "grid",
     "growth_fits",
+    "is_decoder",
     "layer_map",
     "layer_radii",
     "load_model",
+    "num_layers",
     "position_aliasing",
     "real_data_sweep",
     "real_data_table",
@@ -48,6 +52,25 @@ __all__ = [
 
 DATASETS = ("alice", "ag_news")
 MAP_KINDS = ("head", "mha", "self", "block")
+PAPER: dict[str, float] = {
+    # Sec. 5.3 ("close to n^{1/4}") and Theorem 3.3's worst case, which Sec. 5.2 reports reaching.
+    "real-data exponent": 0.25,
+    "worst-case exponent": 0.5,
+    "adversarial exponent": 0.5,
+    # bert_encoder/plot_bert_encoder.py draws 14.3 n^0.24 over layer 0's points (a drawn curve, not a fit).
+    "drawn real-data curve, BERT encoder: constant": 14.3,
+    "drawn real-data curve, BERT encoder: exponent": 0.24,
+    # adversarial_data/adversarial.py: the C of the drawn C n^(1/2) and the radius R of each panel.
+    "adversarial C, BERT encoder (layer 0, head 0)": 4.39,
+    "adversarial C, BERT decoder (layer 6, head 7)": 5.73,
+    "adversarial C, random GPT-2 (layer 6, head 0)": 0.92,
+    "adversarial C, pretrained GPT-2 (layer 0, head 0)": 46.9,
+    "adversarial R, BERT encoder": 15.5,
+    "adversarial R, BERT decoder": 21.5,
+    "adversarial R, random GPT-2": 100.0,
+    # Sec. 5.2: "the magnitude of tokens generated with real data (which is 27.7)" for random GPT-2.
+    "token radius, random GPT-2": 27.7,
+}
 UNMASKED_TWIN = {"minilm-decoder": "minilm", "bert-base-uncased-decoder": "bert-base-uncased"}
 Map = Callable[[Tensor], Tensor]
 
@@ -114,11 +137,35 @@ def _random_gpt2(seed: int) -> nn.Module:
 
 @lru_cache(maxsize=4)
 def load_model(name: str) -> tuple[nn.Module, object]:
-    """:func:`lipnb.models.load`, plus ``"gpt2-random:SEED"`` (random GPT-2 from another seed, GPT-2 tokenizer)."""
+    """:func:`lipnb.models.load`, plus ``"gpt2-random:SEED"`` (random GPT-2 from another seed) and
+    ``"llama-random"`` / ``"llama-random-norope"`` (:func:`lipnb.llama.random_llama`, its maps with or without
+    rotary positions), both with GPT-2's tokenizer. Cached: do not modify the returned model."""
     if name.startswith("gpt2-random:"):
         _, tokenizer = models.load("gpt2-random")
         return _random_gpt2(int(name.split(":", 1)[1])), tokenizer
+    if name in ("llama-random", "llama-random-norope"):
+        model = llama.random_llama(0)
+        model.config.rotary = name == "llama-random"
+        return model, models.load("gpt2-random")[1]
     return models.load(name)
+
+
+def num_layers(model: nn.Module) -> int:
+    """Number of layers of a BERT, GPT-2 or Llama-style model."""
+    return model.config.num_hidden_layers if llama.is_llama(model) else models.num_layers(model)
+
+
+def is_decoder(model: nn.Module) -> bool:
+    """Whether the model's attention is causal (Def 2.5); Llama-style models always are."""
+    return llama.is_llama(model) or models.is_decoder(model)
+
+
+def attention_inputs(model: nn.Module, layers: Sequence[int], input_ids: Tensor,
+                     kind: str = "mha") -> dict[int, Tensor]:
+    """:func:`lipnb.models.attention_inputs` for BERT and GPT-2, :func:`lipnb.llama.attention_inputs` for Llama."""
+    if llama.is_llama(model):
+        return llama.attention_inputs(model, layers, input_ids)
+    return models.attention_inputs(model, list(layers), input_ids, kind)
 
 
 def layer_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int = 0,
@@ -127,6 +174,10 @@ def layer_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int = 0,
     for ``"head"`` and ``"mha"`` (``None``: the model's own, Def 2.5)."""
     if kind not in MAP_KINDS:
         raise ValueError(f"kind must be one of {MAP_KINDS}; got {kind!r}")
+    if llama.is_llama(model):
+        if kind != "mha" or masked is False:
+            raise ValueError("a Llama-style model has the causal kind='mha' map only")
+        return llama.attention_map(model, layer, rotary=getattr(model.config, "rotary", True))
     causal = models.is_decoder(model) if masked is None else masked
     if kind in ("self", "block"):
         if causal != models.is_decoder(model):
@@ -170,15 +221,15 @@ def real_data_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
         mapped = model
         if masked is False and model_name in UNMASKED_TWIN and kind in ("self", "block"):
             mapped = load_model(UNMASKED_TWIN[model_name])[0]
-        causal = models.is_decoder(mapped) if masked is None or kind in ("self", "block") else masked
-        chosen = list(range(models.num_layers(model))) if layers is None else list(layers)
+        causal = is_decoder(mapped) if masked is None or kind in ("self", "block") else masked
+        chosen = list(range(num_layers(model))) if layers is None else list(layers)
         sequences = data.token_sequences(dataset_text(dataset), tokenizer, lengths, per_length)
         device = next(model.parameters()).device
         maps = {i: layer_map(mapped, i, kind, head=head, masked=causal) for i in chosen}
         input_kind = "block" if kind == "block" else "mha"
         rows = []
         for n in progress(lengths, desc=f"{model_name} {dataset} {kind}"):
-            inputs = models.attention_inputs(model, chosen, sequences[n].to(device), input_kind)
+            inputs = attention_inputs(model, chosen, sequences[n].to(device), input_kind)
             for i in chosen:
                 X = inputs[i]
                 lip = _measure(maps[i], X, estimator)
@@ -199,12 +250,12 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
     Columns ``layer, n, sequence, radius``; one forward per length, no Jacobian (cheap, not cached).
     """
     model, tokenizer = load_model(model_name)
-    layers = list(range(models.num_layers(model)))
+    layers = list(range(num_layers(model)))
     lengths = [int(n) for n in lengths]
     sequences = data.token_sequences(dataset_text(dataset), tokenizer, lengths, per_length)
     rows = []
     for n in lengths:
-        inputs = models.attention_inputs(model, layers, sequences[n].to(next(model.parameters()).device))
+        inputs = attention_inputs(model, layers, sequences[n].to(next(model.parameters()).device))
         for i in layers:
             radius = inputs[i].double().norm(dim=-1).square().mean(1).sqrt()
             rows.append(pd.DataFrame({"layer": i, "n": n, "sequence": range(len(radius)),
@@ -231,12 +282,13 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
     def compute() -> dict[str, list]:
         model, _ = load_model(model_name)
         p = next(model.parameters())
-        multi = models.head_matrices(model, layer)
-        chosen = range(multi.num_heads) if heads is None else heads
+        H = model.config.num_attention_heads
+        chosen = range(H) if heads is None else heads
         rows = []
         for h in progress(list(chosen), desc=f"{model_name} layer {layer} heads"):
             if A_source == "true":
-                A = multi.A[h].double()
+                A = (llama.head_A(model, layer, h) if llama.is_llama(model)
+                     else models.head_matrices(model, layer).A[h]).double()
             elif A_source == "published":
                 A = published_A(model, layer, h).double()
             else:
@@ -271,7 +323,7 @@ def adversarial_layers(g: Grid) -> dict[str, list[int]]:
     GPT-2 the same in the ``paper`` profile, the middle layer in ``quick``."""
     chosen = {}
     for name in (g.encoder, g.decoder, g.gpt2):
-        L = models.num_layers(load_model(name)[0])
+        L = num_layers(load_model(name)[0])
         chosen[name] = g.adversarial_layers(L) if name == g.encoder or g.every_adversarial_layer else [L // 2]
     return chosen
 
