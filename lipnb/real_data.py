@@ -265,10 +265,10 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
 
 def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: float, *,
                       heads: Sequence[int] | None = None, kinds: Sequence[str] = ("head", "mha"),
-                      A_source: str = "true", estimator: str = "lanczos") -> ResultTable:
+                      A_source: str = "head", estimator: str = "lanczos") -> ResultTable:
     """Sec. 5.2: ``Lip_X`` at Lemma C.7's input ``X`` built on head ``h``'s ``A`` at radius ``R``, ``n`` in ``lengths``.
 
-    ``A_source``: ``"true"`` (:func:`lipnb.models.head_matrices`) or ``"published"``
+    ``A_source``: ``"head"`` (the head's own, :func:`lipnb.models.head_matrices`) or ``"published"``
     (:func:`lipnb.published.published_A`). ``kinds``: the single head ``h`` and/or the whole layer.
     Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``.
     """
@@ -286,13 +286,13 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
         chosen = range(H) if heads is None else heads
         rows = []
         for h in progress(list(chosen), desc=f"{model_name} layer {layer} heads"):
-            if A_source == "true":
+            if A_source == "head":
                 A = (llama.head_A(model, layer, h) if llama.is_llama(model)
                      else models.head_matrices(model, layer).A[h]).double()
             elif A_source == "published":
                 A = published_A(model, layer, h).double()
             else:
-                raise ValueError(f"A_source must be 'true' or 'published'; got {A_source!r}")
+                raise ValueError(f"A_source must be 'head' or 'published'; got {A_source!r}")
             X = lemma_c_7_input(A, float(R), max(lengths)).to(p)
             for kind in kinds:
                 fn = layer_map(model, layer, kind, head=h)
