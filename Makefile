@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/data/README.md),)
 export LIPNB_DATA_DIR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: install test unit notebooks lint book sync bench clean
+.PHONY: install test unit notebooks lint book browser sync bench clean
 
 install: $(STAMP)
 
@@ -31,11 +31,22 @@ lint: $(STAMP)
 
 # Two single-threaded workers beat one two-threaded process here: most kernels are small, and
 # OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
-test: $(STAMP) lint
+# tests/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
+test: $(STAMP) lint browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env
 
+# Renders the outputs stored in each chapter's .ipynb (nothing is executed): about a minute.
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going --path-output .
+	@echo "Open $(CURDIR)/_build/html/index.html"
+
+# Headless Chromium for the browser test: Debian's package, installed when missing and apt-get can run;
+# otherwise tests/test_browser.py is skipped with a message saying so.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+browser:
+	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
+	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium could not be installed: the browser test will be skipped"
 
 # Re-execute every chapter and store its outputs in the paired .ipynb (after editing a .md).
 notebooks: $(STAMP)

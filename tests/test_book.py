@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jupytext
+import nbformat
 import pytest
 import yaml
 
@@ -18,6 +20,13 @@ def _toc_files() -> list[str]:
     for part in toc.get("parts", []):
         files += [c["file"] for c in part["chapters"]]
     return files
+
+
+def test_chapters_are_numbered_in_the_sidebar() -> None:
+    parts = yaml.safe_load((ROOT / "_toc.yml").read_text()).get("parts", [])
+    with_chapters = [p for p in parts if any(re.match(r"book/\d", c["file"]) for c in p["chapters"])]
+    unnumbered = [p["caption"] for p in with_chapters if not p.get("numbered")]
+    assert with_chapters and not unnumbered, f"_toc.yml: give {unnumbered} `numbered: true`"
 
 
 def test_every_chapter_is_in_the_toc() -> None:
@@ -44,3 +53,34 @@ def test_chapter_outputs_are_stored(chapter: Path) -> None:
     nb = jupytext.read(chapter.with_suffix(".ipynb"))
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert all(c.get("execution_count") for c in code), f"{chapter.name}: re-run `make notebooks`"
+
+
+# What a stored output must not show: the build machine's paths, or a memory address that changes every run.
+LOCAL_NOISE = re.compile(r"/root\b|/work\b|/home/\w+|\.venv\b|site-packages|\b0x[0-9a-fA-F]{6,}\b")
+TEXT_MIMES = ("text/plain", "text/html", "text/markdown", "text/latex")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_stored_outputs_hold_no_local_paths_or_addresses(chapter: Path) -> None:
+    """Outputs are read on Colab and in any notebook viewer: no machine paths, no run-varying addresses."""
+    nb = nbformat.read(chapter.with_suffix(".ipynb"), as_version=4)
+    found = []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for number, cell in enumerate(code, 1):
+        for output in cell.get("outputs", []):
+            texts = [(output.get("name", "stream"), output.get("text", ""))]
+            texts += [(mime, output.get("data", {}).get(mime, "")) for mime in TEXT_MIMES]
+            texts += [("traceback", "\n".join(output.get("traceback", [])))]
+            for where, text in texts:
+                text = "".join(text) if isinstance(text, list) else text
+                found += [f"code cell {number} ({where}): {line.strip()[:160]}"
+                          for line in text.splitlines() if LOCAL_NOISE.search(line)]
+    assert not found, f"{chapter.name}: stored outputs show local paths or addresses:\n  " + "\n  ".join(found)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_nbval_markers_are_tags_not_code(chapter: Path) -> None:
+    """A `# NBVAL_CHECK_OUTPUT` comment prints in the rendered code; the cell tag `nbval-check-output` does not."""
+    code = [c for c in jupytext.read(chapter).cells if c.cell_type == "code"]
+    marked = [n for n, c in enumerate(code, 1) if "NBVAL_CHECK_OUTPUT" in c.source]
+    assert not marked, f"{chapter.name}: code cells {marked} carry the comment: use `:tags: [nbval-check-output]`"

@@ -1,0 +1,96 @@
+"""Sphinx extension for the book: an author-year reference list to match the citations, one copy of each
+script, and the landing page's figure taken from a chapter's stored outputs."""
+
+from __future__ import annotations
+
+import base64
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import nbformat
+from pybtex.plugin import register_plugin
+from pybtex.richtext import Text
+from pybtex.style.formatting.unsrt import Style as UnsrtStyle
+from pybtex.style.labels import BaseLabelStyle
+from pybtex.style.sorting.author_year_title import SortingStyle as AuthorYearTitleSort
+from sphinx.application import Sphinx
+
+
+def _last_name(person) -> str:
+    """A person's last name as plain text (``Peyr{\\'e}`` -> ``Peyré``)."""
+    return str(Text.from_latex(" ".join(person.prelast_names + person.last_names)))
+
+
+class AuthorYearLabelStyle(BaseLabelStyle):
+    """Labels ``Kim et al., 2021`` / ``Golub and Van Loan, 2013``: what the text cites, the list shows.
+
+    Two works with the same label get the years ``2023a``, ``2023b`` in the list's order; the suffix is
+    written into the entry's year, so the citations in the text carry it too.
+    """
+
+    def format_labels(self, sorted_entries: Iterable) -> Iterator[str]:
+        entries = list(sorted_entries)
+        labels = [self.format_label(entry) for entry in entries]
+        counts = Counter(labels)
+        seen: Counter[str] = Counter()
+        for entry, label in zip(entries, labels, strict=True):
+            if counts[label] > 1:
+                seen[label] += 1
+                suffix = "abcdefghijklmnopqrstuvwxyz"[seen[label] - 1]
+                entry.fields["year"] += suffix
+                label += suffix
+            yield label
+
+    def format_label(self, entry) -> str:
+        names = [_last_name(p) for p in entry.persons.get("author", entry.persons.get("editor", []))]
+        who = f"{names[0]} et al." if len(names) > 2 else " and ".join(names) or entry.key
+        return f"{who}, {entry.fields.get('year', 'n.d.')}"
+
+
+class AuthorYearStyle(UnsrtStyle):
+    """The unsrt entry format, sorted by author then year, labelled author-year."""
+
+    default_label_style = "author_year"
+    default_sorting_style = "author_year_title"
+
+
+def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Jupyter Book 1.0 adds sphinx-thebe's inline ``const THEBE_JS_URL`` twice (once with the file name
+    ``None``, once ``""``): a SyntaxError on every page. Keep the first of each script."""
+    seen, kept = set(), []
+    for script in context.get("script_files", []):
+        key = (script.filename or "", script.priority, tuple(sorted(script.attributes.items())))
+        if key not in seen:
+            seen.add(key)
+            kept.append(script)
+    context["script_files"] = kept
+
+
+def extract_landing_figure(app: Sphinx) -> None:
+    """Write the PNG that a chapter's cell stored (``landing_figure``: notebook and a phrase of the cell's
+    code) to ``_build/landing/figure.png``, so the landing page shows the chapter's own figure of this build."""
+    notebook, phrase = app.config.landing_figure["notebook"], app.config.landing_figure["cell_contains"]
+    nb = nbformat.read(Path(app.srcdir) / notebook, as_version=4)
+    images = [
+        output["data"]["image/png"]
+        for cell in nb.cells
+        if cell.cell_type == "code" and phrase in cell.source
+        for output in cell.get("outputs", [])
+        if "image/png" in output.get("data", {})
+    ]
+    if not images:
+        raise ValueError(f"landing_figure: no stored PNG output in a cell of {notebook} containing {phrase!r}")
+    target = Path(app.srcdir) / "_build" / "landing" / "figure.png"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(base64.b64decode(images[0]))
+
+
+def setup(app: Sphinx) -> dict[str, bool]:
+    app.add_config_value("landing_figure", {}, "env")
+    app.connect("builder-inited", extract_landing_figure)
+    app.connect("html-page-context", drop_repeated_scripts, priority=900)
+    register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)
+    register_plugin("pybtex.style.sorting", "author_year_title", AuthorYearTitleSort, force=True)
+    register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
