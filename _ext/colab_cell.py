@@ -16,7 +16,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "# Colab: installs this book's package there (nothing happens elsewhere)."
 CELL = '''{marker}
-import importlib.util, subprocess, sys
+import importlib.util
+import subprocess
+import sys
+
 if "google.colab" in sys.modules and importlib.util.find_spec("lipnb") is None:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+{url}"], check=True)
 import lipnb

@@ -273,3 +273,34 @@ def flow_gronwall_log(A: torch.Tensor, V: torch.Tensor, r0: float, n: int, T: fl
         step_constants = torch.minimum(theorem_3_3(A, V, R, n), theorem_3_5(A, V, R))
     logs = torch.log1p(h * step_constants.double())
     return torch.cat([logs.new_zeros(1), logs.cumsum(0)])
+
+
+# ------------------------------------------------ sharpened Theorem 3.3 / E.3 and log forms (chapters 3, 6, 8)
+
+
+def theorem_e_3_sharpened(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
+                          score_bias: Tensor | None = None) -> Tensor:
+    """Theorem E.3 (and 3.3 for ``c = 0``) via the variance identity (our proof): ``4n`` becomes ``n``.
+
+    ``√3 ||V|| (||A||² R⁴ + n R² (||A|| R + |c|)² + n)^{1/2}``; with ``c = 0``, Theorem 3.3 with ``n + 1``
+    in place of ``4n + 1``.
+    """
+    _check_head(A, V)
+    a, v = _norm2(A), _norm2(V)
+    R, n = as_radius(R), as_count(n)
+    c = 0.0 if score_bias is None else score_bias.double().norm()
+    return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + n * R**2 * (a * R + c) ** 2 + n)
+
+
+def log_theorem_3_5(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
+    """Theorem 3.5 / Equation (1) in logarithms: ``log ||V|| + log(1 + 3 a R²) + 2 a R²``, finite for any ``R``."""
+    _check_head(A, V)
+    a, v, R2 = _norm2(A), _norm2(V), as_radius(R) ** 2
+    return torch.log(v) + torch.log1p(3 * a * R2) + 2 * a * R2
+
+
+def log_theorem_3_5_sharpened(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
+    """:func:`theorem_3_5_sharpened` in logarithms: ``log ||V|| + log(1 + 2aR² + aR² e^{-aR²}) + aR²``."""
+    _check_head(A, V)
+    a, v, R2 = _norm2(A), _norm2(V), as_radius(R) ** 2
+    return torch.log(v) + torch.log1p(2 * a * R2 + a * R2 * torch.exp(-a * R2)) + a * R2

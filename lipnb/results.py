@@ -119,7 +119,7 @@ class ResultTable:
     def read_csv(cls, path: Path) -> ResultTable:
         """Read a table written by :meth:`to_csv`."""
         provenance = json.loads(path.with_suffix(".json").read_text())
-        return cls(pd.read_csv(path, keep_default_na=False), provenance)
+        return cls(pd.read_csv(path), provenance)
 
 
 def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:

@@ -2,10 +2,13 @@
 
 * Hypothesis runs a small, reproducible number of examples by default (profile ``lipnb``); set
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
+* Random problems drawn by tests in several files (``from conftest import random_attention_params``):
+  ``random_multihead``, ``random_head_matrix``, ``random_attention_problem``, ``random_attention_params``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 
@@ -14,7 +17,10 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from torch import Tensor
 
+from lipnb import MultiHead
+
 Map = Callable[[Tensor], Tensor]
+F64 = torch.float64
 
 # The "explain" phase traces lines with sys.settrace / sys.monitoring, which has crashed the interpreter
 # (Fatal Python error: Aborted) while shrinking a failure in torch code; the other phases are kept.
@@ -48,3 +54,38 @@ def pytest_configure(config: pytest.Config) -> None:
 def gen() -> torch.Generator:
     """A freshly seeded CPU generator, so every test draws the same random problem each run."""
     return torch.Generator().manual_seed(1234)
+
+
+# --------------------------------------------------------------------------- random problems
+
+
+def random_multihead(gen: torch.Generator, d: int = 8, H: int = 3, k: int = 2, biases: bool = True) -> MultiHead:
+    """A random float64 layer of ``H`` heads of width ``k`` on ``R^d``; query, value, output biases if ``biases``."""
+    Q, K, V = torch.randn(3, H, k, d, generator=gen, dtype=F64)
+    W = torch.randn(H, d, k, generator=gen, dtype=F64)
+    if not biases:
+        return MultiHead.from_projections(Q, K, V, W)
+    b_Q, b_V = torch.randn(2, H, k, generator=gen, dtype=F64)
+    o_bias = torch.randn(d, generator=gen, dtype=F64)
+    return MultiHead.from_projections(Q, K, V, W, q_bias=b_Q, v_bias=b_V, o_bias=o_bias)
+
+
+def random_head_matrix(gen: torch.Generator, d: int) -> torch.Tensor:
+    """A random float64 ``(d, d)`` score matrix ``A`` with entries of variance ``1/d``."""
+    return torch.randn(d, d, generator=gen, dtype=F64) / math.sqrt(d)
+
+
+def random_attention_problem(gen: torch.Generator, n: int = 5, d: int = 3, d_v: int = 2
+                             ) -> tuple[torch.Tensor, ...]:
+    """``(X (2, n, d), A (d, d), V (d_v, d))`` in float64: normal tokens, ``A`` and ``V`` scaled by ``1/sqrt(d)``."""
+    X = torch.randn(2, n, d, generator=gen, dtype=F64)
+    A = torch.randn(d, d, generator=gen, dtype=F64) / math.sqrt(d)
+    V = torch.randn(d_v, d, generator=gen, dtype=F64) / math.sqrt(d)
+    return X, A, V
+
+
+def random_attention_params(gen: torch.Generator, d: int = 3, d_v: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A (d, d), V (d_v, d))`` in float64, scaled by ``1/sqrt(d)``."""
+    A = torch.randn(d, d, generator=gen, dtype=F64) / d**0.5
+    V = torch.randn(d_v, d, generator=gen, dtype=F64) / d**0.5
+    return A, V

@@ -1,8 +1,10 @@
 """The bounds of :mod:`lipnb.bounds` against exact local Lipschitz constants (dense float64 SVD).
 
 Every upper bound must be >= ``Lip_X f`` and every lower bound <= it, on random inputs (hypothesis)
-and on the adversarial inputs of :mod:`lipnb.adversarial`. Comparisons allow only float64 rounding
-(``SLACK``), since some bounds are attained exactly (one token, or all tokens equal).
+and on the adversarial inputs of :mod:`lipnb.inputs`. Comparisons allow only float64 rounding
+(``SLACK``), since some bounds are attained exactly (one token, or all tokens equal). Also: Theorem C.3 term
+by term, the fast multi-head data bound, the sharpened Theorems 3.5 and E.3 (and their log forms), the
+corrected Theorem 4.4 with the weighted Hardy lemma, and the flow's radius and Grönwall bounds.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
+from conftest import random_attention_params, random_head_matrix
 from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
@@ -21,7 +24,27 @@ from torch import Tensor
 from lipnb import bounds
 from lipnb import inputs as adv
 from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
-from lipnb.lipschitz import exact_local_lipschitz
+from lipnb.bounds import (
+    flow_gronwall_log,
+    flow_radius_bound,
+    log_theorem_3_5,
+    log_theorem_3_5_sharpened,
+    masked_mean_field_bound,
+    multihead_data_bound,
+    theorem_3_3,
+    theorem_3_5,
+    theorem_3_5_sharpened,
+    theorem_c_3,
+    theorem_c_3_terms,
+    theorem_e_3,
+    theorem_e_3_sharpened,
+    two_dirac_constant,
+)
+from lipnb.flow import attention_flow, flow_jacobians
+from lipnb.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure
+from lipnb.jacobian import lemma_c2_term_matrices
+from lipnb.lipschitz import exact_local_lipschitz, local_lipschitz
+from lipnb.measures import masked_mean_field, masked_mean_field_ratio, weighted_attention_lipschitz
 
 F64 = torch.float64
 SLACK = 1e-12  # relative float64 rounding allowed in "bound >= exact" when the bound is attained
@@ -349,3 +372,182 @@ def test_bug_bounds_do_not_validate_a_and_v(call: Callable[[], object], message:
     NaN/inf raise a bare ``LinAlgError``, and non-square ``A`` or ``V`` not matching ``d`` return a number."""
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ------------------------------------------------- Theorem C.3 term by term, the fast data bound, Theorem E.3 sharpened
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_theorem_c_3_terms_bound_each_term_and_sum_to_the_library(gen: torch.Generator, masked: bool) -> None:
+    d, R = 4, 2.0
+    X, A = ball_tokens(3, 6, d, R, seed=1), random_head_matrix(gen, d)
+    V = torch.randn(2, d, generator=gen, dtype=F64)
+    c = torch.randn(d, generator=gen, dtype=F64)
+    bounds = theorem_c_3_terms(X, A, masked=masked)
+    assert torch.allclose(bounds, theorem_c_3_terms(X, A, masked=masked), rtol=1e-9)
+    exact = torch.linalg.matrix_norm(lemma_c2_term_matrices(X, A, masked=masked), ord=2)
+    assert bool((exact <= bounds * (1 + 1e-12)).all())
+    assert torch.allclose(torch.linalg.matrix_norm(V, ord=2) * bounds.sum(1), theorem_c_3(X, A, V, masked=masked))
+    with_bias = theorem_c_3_terms(X, A, score_bias=c, masked=masked).sum(1)
+    assert torch.allclose(with_bias, theorem_c_3(X, A, torch.eye(d, dtype=F64), score_bias=c, masked=masked))
+    f = lambda Z: self_attention(Z, A, V, masked=masked)  # noqa: E731
+    assert bool((exact_local_lipschitz(f, X) <= theorem_c_3(X, A, V, masked=masked)).all())
+    assert bool((theorem_c_3(X, A, V, masked=masked) <= theorem_3_3(A, V, R, 6)).all())
+
+
+@pytest.mark.parametrize(("n", "masked"), [(4, False), (4, True), (9, False)])
+def test_fast_data_bound_equals_the_library(gen: torch.Generator, n: int, masked: bool) -> None:
+    H, k, d = 2, 3, 7
+    heads = MultiHead.from_projections(*(torch.randn(3, H, k, d, generator=gen, dtype=F64)),
+                                       torch.randn(H, 5, k, generator=gen, dtype=F64),
+                                       q_bias=torch.randn(H, k, generator=gen, dtype=F64))
+    X = ball_tokens(2, n, d, 1.5, seed=2)
+    fast = multihead_data_bound(X, heads, masked=masked)
+    assert torch.allclose(fast, multihead_data_bound(X, heads, masked=masked), rtol=1e-9)
+
+
+def test_float32_low_rank_heads_keep_an_upper_bound(gen: torch.Generator) -> None:
+    """A float32 ``A = KᵀQ/√k`` has rounding noise outside rank k: the fast bound must still cover the library's."""
+    H, k, d, n = 2, 3, 24, 6
+    heads = MultiHead.from_projections(*(torch.randn(3, H, k, d, generator=gen)), torch.randn(H, 5, k, generator=gen))
+    X = ball_tokens(2, n, d, 2.0, seed=4)
+    fast = multihead_data_bound(X, heads)
+    exact = multihead_data_bound(X, heads.to(F64))
+    assert bool((fast >= exact * (1 - 1e-9)).all()) and torch.allclose(fast, exact, rtol=1e-4)
+
+
+@pytest.mark.parametrize("biased", [False, True])
+def test_sharpened_theorem_e_3_bounds_the_dense_constant_and_the_data_bound(gen: torch.Generator, biased: bool) -> None:
+    """Theorem E.3 sharpened (chapters 3, 8): above Theorem C.3 and the dense constant on B_R^n, below E.3."""
+    d, n, R = 4, 5, 1.5
+    A, V = torch.randn(2, d, d, generator=gen, dtype=torch.float64) / d**0.5
+    c = torch.randn(d, generator=gen, dtype=torch.float64) if biased else None
+    X = torch.cat([ball_tokens(4, n, d, R, seed=3), lemma_c_7_input(A, R, n)])
+    heads = MultiHead(A=A[None], V=V[None], W=torch.eye(d, dtype=torch.float64)[None],
+                      score_bias=None if c is None else c[None])
+    lip = exact_local_lipschitz(lambda Z: multihead_attention(Z, heads), X)
+    sharp = theorem_e_3_sharpened(A, V, R, n, c)
+    assert bool((lip <= theorem_c_3(X, A, V, score_bias=c) * (1 + 1e-12)).all())
+    assert bool((theorem_c_3(X, A, V, score_bias=c) <= sharp).all()) and sharp <= theorem_e_3(A, V, R, n, c)
+    if c is None:
+        a, v = torch.linalg.matrix_norm(A, ord=2), torch.linalg.matrix_norm(V, ord=2)
+        assert torch.isclose(sharp, math.sqrt(3) * v * (a**2 * R**4 * (n + 1) + n) ** 0.5, rtol=1e-12)
+
+
+# ------------------------------------------------------------- Theorem 3.5 sharpened, the two-Dirac constant, log forms
+
+
+@pytest.mark.parametrize("case", ["positive", "negative"])
+def test_two_dirac_constant_and_sharpened_bound(case: str) -> None:
+    A = torch.diag(torch.tensor([1.0, -0.5, 0.2], dtype=F64))
+    V = torch.eye(3, dtype=F64)
+    g = 1.0 / 8 if case == "positive" else 0.5
+    R = torch.sqrt(torch.tensor([10.0, 30.0, 100.0], dtype=F64) / g)
+    X, w = proposition_3_6_measure(A, R, case=case)
+    lip = weighted_attention_lipschitz(X, A, V, w)
+    assert torch.allclose(lip, two_dirac_constant(g, R), rtol=1e-6)
+    assert bool((lip <= theorem_3_5_sharpened(A, V, R)).all())
+    assert bool((theorem_3_5_sharpened(A, V, R) <= theorem_3_5(A, V, R)).all())
+
+
+def test_log_forms_of_theorem_3_5_match_and_stay_finite() -> None:
+    """Theorem 3.5 and our sharpening in logarithms (chapter 6): the log of the direct forms, finite beyond."""
+    A, V = torch.diag(torch.tensor([1.0, -0.5, 0.2], dtype=F64)), 2 * torch.eye(3, dtype=F64)
+    R = torch.tensor([0.0, 0.5, 3.0, 10.0], dtype=F64)
+    assert torch.allclose(log_theorem_3_5(A, V, R), theorem_3_5(A, V, R).log(), rtol=1e-12)
+    assert torch.allclose(log_theorem_3_5_sharpened(A, V, R), theorem_3_5_sharpened(A, V, R).log(), rtol=1e-12)
+    huge = torch.tensor([1e3], dtype=F64)
+    assert bool(torch.isfinite(log_theorem_3_5(A, V, huge)).all())
+    assert not bool(torch.isfinite(theorem_3_5(A, V, huge)).all())
+
+
+# --------------------------------------------------------------------------- Theorem 4.4 (corrected) and Hardy's lemma
+
+
+def _cesaro(n: int) -> torch.Tensor:
+    return torch.tril(torch.ones(n, n, dtype=F64)) / torch.arange(1, n + 1, dtype=F64)[:, None]
+
+
+def test_stated_theorem_4_4_fails_at_a_equals_zero(gen: torch.Generator) -> None:
+    """Two atoms, A = 0: the W_c ratio is ||C_2|| ||V|| ≈ 1.144 ||V||, above Theorem 3.5's ||V||."""
+    _, V = random_attention_params(gen)
+    A0 = torch.zeros(3, 3, dtype=F64)
+    e = torch.linalg.svd(_cesaro(2)).Vh[0][:, None] * torch.linalg.svd(V).Vh[0]
+    X = torch.randn(1, 2, 3, generator=gen, dtype=F64)
+    ratio = masked_mean_field_ratio(X, X + 1e-3 * e, torch.arange(2), A0, V).item()
+    v = torch.linalg.matrix_norm(V, ord=2).item()
+    assert ratio == pytest.approx(math.sqrt((3 + math.sqrt(5)) / 4) * v, rel=1e-10)
+    assert ratio > bounds.theorem_3_5(A0, V, 1.0).item()
+    assert masked_mean_field_bound(A0, V, 1.0).item() == pytest.approx(2 * v, rel=1e-14)
+
+
+def test_corrected_bound_is_at_most_twice_theorem_3_5(gen: torch.Generator) -> None:
+    A, V = random_attention_params(gen)
+    R = torch.linspace(0, 3, 31, dtype=F64)
+    corrected, stated = masked_mean_field_bound(A, V, R), bounds.theorem_3_5(A, V, R)
+    assert bool((corrected >= stated).all() and (corrected <= 2 * stated * (1 + 1e-14)).all())
+
+
+@given(st.integers(0, 10_000), st.integers(1, 40))
+def test_weighted_hardy_inequality(seed: int, K: int) -> None:
+    """Our Hardy lemma: the weighted causal-average operator has norm <= 2 on l²(w), for any weights."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.rand(K, generator=g, dtype=F64) + 1e-3
+    W = w.cumsum(0)
+    T = torch.tril(w.expand(K, K)) / W[:, None]                           # (T D)_k = Σ_{l<=k} w_l D_l / W_k
+    root = w.sqrt()
+    assert torch.linalg.matrix_norm(root[:, None] * T / root[None, :], ord=2).item() <= 2 + 1e-12
+
+
+def test_cesaro_norms_increase_towards_two() -> None:
+    norms = torch.stack([torch.linalg.matrix_norm(_cesaro(n), ord=2) for n in (1, 2, 8, 64, 512)])
+    assert bool((norms.diff() > 0).all() and (norms < 2).all()) and norms[-1].item() > 1.7
+
+
+@pytest.mark.parametrize("R", [0.1, 0.5, 1.0])
+def test_corrected_bound_holds_on_random_pairs_and_worst_directions(gen: torch.Generator, R: float) -> None:
+    A, V = random_attention_params(gen)
+    pos = torch.arange(4).repeat_interleave(3)
+    X = ball_tokens(4, 12, 3, R, seed=7)
+    Y = X + 0.2 * R * torch.randn(X.shape, generator=gen, dtype=F64)
+    Y = Y * (R / Y.norm(dim=-1, keepdim=True)).clamp(max=1.0)
+    bound = masked_mean_field_bound(A, V, R).item()
+    assert bool((masked_mean_field_ratio(X, Y, pos, A, V) <= bound).all())
+    res = local_lipschitz(lambda Z: masked_mean_field(Z, pos, A, V), X, tol=1e-10, detailed=True)
+    top = masked_mean_field_ratio(X, X + 1e-6 * R * res.right_vector, pos, A, V)
+    assert torch.allclose(top, res.value, rtol=1e-4)
+    assert bool((res.value <= bound).all())
+
+
+# --------------------------------------------------------------------------- flow bounds (chapter 9)
+
+
+@given(st.integers(0, 10_000))
+def test_flow_stays_in_the_ball(seed: int) -> None:
+    """Chapter 9: max_i |x_i^k| <= (1 + h ||V||)^k max_i |x_i^0| along the stack, for any A and V."""
+    g = torch.Generator().manual_seed(seed)
+    A, V = random_attention_params(g)
+    A, V = 3 * A, 2 * V
+    X0 = torch.randn(1, 7, 3, generator=g, dtype=F64)
+    traj = attention_flow(X0, A, V, 2.0, 40)
+    R = flow_radius_bound(X0.norm(dim=-1).max(), V, 2.0, 40)
+    assert bool((traj.norm(dim=-1).amax((1, 2)) <= R * (1 + 1e-12)).all())
+    assert R[-1].item() <= math.exp(2.0 * torch.linalg.matrix_norm(V, ord=2).item()) * R[0].item() * (1 + 1e-12)
+
+
+def test_gronwall_bounds_hold_on_simulated_pairs(gen: torch.Generator) -> None:
+    A, V = random_attention_params(gen)
+    n, T, L = 6, 2.0, 50
+    X0 = ball_tokens(1, n, 3, 1.0, seed=3)
+    Y0 = X0 + 1e-3 * torch.randn(X0.shape, generator=gen, dtype=F64)
+    r0 = max(X0.norm(dim=-1).max().item(), Y0.norm(dim=-1).max().item())
+    tx, ty = attention_flow(X0, A, V, T, L), attention_flow(Y0, A, V, T, L)
+    log_div = ((ty - tx).flatten(1).norm(dim=1) / (Y0 - X0).norm()).log()
+    log_theorem = flow_gronwall_log(A, V, r0, n, T, L)
+    assert log_theorem[0].item() == 0 and bool((log_theorem.diff() > 0).all())
+    assert bool((log_div <= log_theorem + 1e-10).all())
+    mid = (tx[:-1, 0] + ty[:-1, 0]) / 2
+    lam = torch.stack([torch.linalg.matrix_norm(flow_jacobians(Z, A, V), ord=2)
+                       for Z in (tx[:-1, 0], ty[:-1, 0], mid)]).amax(0)
+    log_measured = flow_gronwall_log(A, V, r0, n, T, L, step_constants=lam)
+    assert bool((log_div <= log_measured + 1e-10).all() and (log_measured <= log_theorem + 1e-10).all())

@@ -1,25 +1,38 @@
-"""The inputs of :mod:`lipnb.adversarial` and the behaviour the theory predicts at them.
+"""The inputs of :mod:`lipnb.inputs` and the behaviour the theory predicts at them.
 
 Lemma C.7 / Proposition 3.4 configurations, Proposition 3.6 two-Dirac measures, Theorem 3.7 generic
-inputs (limit ``||V|| √n``), and the App. C.7 null-set input where ``Lip_X f`` grows like ``R²``.
+inputs (limit ``||V|| √n``), and the App. C.7 null-set input where ``Lip_X f`` grows like ``R²``; also ball
+and repeated tokens, head spectra, and the projected ascent of ``maximize_local_lipschitz``.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 
 import hypothesis.strategies as st
 import numpy as np
 import pytest
 import torch
+from conftest import random_multihead
 from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
 
 from lipnb import bounds
 from lipnb import inputs as adv
-from lipnb.attention import attention_matrix, self_attention
+from lipnb.attention import MultiHeadMap, attention_matrix, self_attention
+from lipnb.bounds import gamma, theorem_3_7_limit
+from lipnb.inputs import (
+    adversarial_case,
+    argmax_configuration,
+    ball_tokens,
+    head_spectra,
+    maximize_local_lipschitz,
+    repeat_tokens,
+)
+from lipnb.jacobian import score_gaps
 from lipnb.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
 F64 = torch.float64
@@ -261,3 +274,57 @@ def test_bad_input_raises_value_error(call: Callable[[], object], message: str) 
     """Input validation: each bad input raises ``ValueError`` whose message names the problem."""
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# ------------------------------------------------------ ball and repeated tokens, head spectra, the Lipschitz maximizer
+
+
+def test_maximize_local_lipschitz(gen: torch.Generator) -> None:
+    heads = random_multihead(gen, d=3, H=1, k=3)
+    f = MultiHeadMap(heads)
+    X0 = 2 * torch.randn(3, 4, 3, generator=gen, dtype=F64)
+    R = 1.5
+    X, best = maximize_local_lipschitz(f, X0, R, steps=20)
+    assert bool((X.norm(dim=-1) <= R + 1e-12).all())
+    assert torch.allclose(best, exact_local_lipschitz(f, X), rtol=1e-10)
+    start = X0 * (R / X0.norm(dim=-1, keepdim=True)).clamp(max=1)
+    assert bool((best >= exact_local_lipschitz(f, start) - 1e-12).all())
+
+
+def test_ball_tokens_lie_in_the_ball() -> None:
+    X = ball_tokens(4, 50, 3, 2.5, seed=3)
+    assert X.shape == (4, 50, 3) and bool((X.norm(dim=-1) <= 2.5).all())
+    assert X.norm(dim=-1).max() > 2.0
+
+
+@pytest.mark.parametrize("rank", [2, 5])
+def test_head_spectra_match_the_dense_eigenvalues(gen: torch.Generator, rank: int) -> None:
+    d = 5
+    A = torch.stack([torch.randn(d, rank, generator=gen, dtype=F64) @ torch.randn(rank, d, generator=gen, dtype=F64)
+                     for _ in range(6)])
+    spectra = head_spectra(A)
+    for h in range(len(A)):
+        assert torch.allclose(spectra.gamma[h], gamma(A[h]), atol=1e-9)
+        assert bool(spectra.positive[h]) == (adversarial_case(A[h]) == "positive")
+
+
+def test_limit_norm_at_argmax_configuration(gen: torch.Generator) -> None:
+    d, n = 3, 6
+    A = torch.randn(d, d, generator=gen, dtype=F64)
+    A = A + A.T
+    V = torch.randn(d, d, generator=gen, dtype=F64)
+    X = argmax_configuration(A, 1.0, n)
+    limit = theorem_3_7_limit(X, A, V)
+    assert torch.allclose(limit, torch.linalg.matrix_norm(V, ord=2) * math.sqrt(n))
+    gap = score_gaps(X, A).min().item()
+    R = math.sqrt(40 / gap)
+    lip = exact_local_lipschitz(lambda Z: self_attention(Z, A, V), R * X)
+    assert torch.allclose(lip, limit, rtol=1e-9)
+
+
+def test_repeat_tokens(gen: torch.Generator) -> None:
+    Y = torch.randn(1, 3, 2, generator=gen, dtype=F64)
+    X = repeat_tokens(Y, torch.tensor([1, 2, 3]))
+    assert X.shape == (1, 6, 2) and torch.equal(X[0, 3], Y[0, 2])
+    with pytest.raises(ValueError):
+        repeat_tokens(Y, torch.tensor([1, 0, 3]))

@@ -22,6 +22,13 @@ def test_csv_round_trip_is_exact(tmp_path) -> None:
     assert back.provenance == {"sweep": "t"} and back.columns == ["n", "lip", "inputs"]
 
 
+def test_missing_values_stay_numbers(tmp_path) -> None:
+    table = ResultTable.from_columns({"x": [1.0, float("nan"), float("inf")]}, {})
+    table.to_csv(tmp_path / "t.csv")
+    back = ResultTable.read_csv(tmp_path / "t.csv")["x"]
+    assert back[0] == 1.0 and back[1].isnan() and back[2].isinf()
+
+
 def test_where_and_pivot() -> None:
     table = ResultTable.from_columns(_columns(), {})
     assert table.where(inputs="random")["n"].tolist() == [2.0, 8.0]

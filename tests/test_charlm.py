@@ -1,0 +1,45 @@
+"""Character LMs with dot-product, L2 and contractive L2 attention (Kim et al., 2021, Sec. 5)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lipnb.charlm import Attention, CharLMConfig, char_corpus, train_char_lm
+from lipnb.l2_attention import L2AttentionMap, L2Heads
+from lipnb.l2_bounds import theorem_3_2_two
+
+
+def test_l2_attention_module_matches_lipnb_on_its_first_row() -> None:
+    """Row 0 of the causal map sees only token 0; the last row sees everything, as unmasked L2 attention."""
+    torch.manual_seed(0)
+    att = Attention(8, 2, "l2").double()
+    X = torch.randn(2, 5, 8, dtype=torch.float64)
+    heads = L2Heads(Q=att.Q.detach(), V=att.V.detach(), W=att.O.detach())
+    full = L2AttentionMap(heads)(X)
+    torch.testing.assert_close(att(X)[:, -1], full[:, -1], rtol=1e-12, atol=1e-12)
+
+
+def test_contractive_bound_is_theorem_3_2_sharpened() -> None:
+    torch.manual_seed(1)
+    att = Attention(8, 2, "l2-contractive").double()
+    heads = L2Heads(Q=att.Q.detach(), V=att.V.detach(), W=att.O.detach())
+    torch.testing.assert_close(att.bound(7).detach(), theorem_3_2_two(heads, 7, sharpened=True))
+
+
+def test_training_lowers_the_loss_below_uniform() -> None:
+    text = "abcabcabd " * 300
+    train, valid, alphabet = char_corpus(text)
+    config = CharLMConfig(d=16, heads=2, depth=1, context=8, batch=16, steps=60, lr=1e-2)
+    rows = train_char_lm(train, valid, len(alphabet), config, "l2", log_every=20)
+    assert not rows[-1]["diverged"]
+    assert rows[-1]["valid_bpc"] < 0.5 * math.log2(len(alphabet))
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="kind"):
+        Attention(8, 2, "cosine")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="valid_fraction"):
+        char_corpus("abc", valid_fraction=1.5)

@@ -1,0 +1,101 @@
+"""The sweeps of :mod:`lipnb.sweeps`: Lemma C.7 constants, the synthetic and real bound sweeps (cached),
+the large-radius error and the quadratic growth slopes."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import random_attention_problem
+
+from lipnb import data, exact_local_lipschitz, self_attention
+from lipnb.bounds import gamma, lemma_c_7, lemma_c_7_sharpened
+from lipnb.inputs import lemma_c_7_input, random_head
+from lipnb.jacobian import score_gaps
+from lipnb.stats import fit_line
+from lipnb.sweeps import (
+    head_gamma_table,
+    large_radius_error,
+    lemma_c_7_constants,
+    quadratic_growth_slopes,
+    real_adversarial_sweep,
+    real_lipschitz_sweep,
+    synthetic_bound_sweep,
+)
+
+F64 = torch.float64
+
+
+@pytest.mark.parametrize("case", ["positive", "negative"])
+def test_lemma_c_7_constants_are_exact_and_above_both_lower_bounds(case: str) -> None:
+    A = torch.diag(torch.tensor([0.9, 0.3, -0.5], dtype=F64))
+    lam = 0.9 if case == "positive" else -0.5
+    R, ns = 2.0, [2, 3, 7, 15]
+    values = lemma_c_7_constants(A, R, ns, case=case)
+    f = lambda Z: self_attention(Z, A, torch.eye(3, dtype=F64))  # noqa: E731
+    exact = torch.cat([exact_local_lipschitz(f, lemma_c_7_input(A, R, n, case=case)) for n in ns])
+    assert torch.allclose(values, exact, rtol=1e-10)
+    sharp = lemma_c_7_sharpened(lam, R, torch.tensor(ns))
+    assert bool((lemma_c_7(lam, R, torch.tensor(ns)) <= sharp).all())
+    assert bool((sharp <= exact * (1 + 1e-12)).all())
+
+
+def test_lemma_c_7_constants_for_huge_n_stay_above_the_bound() -> None:
+    A = torch.diag(torch.tensor([0.5, -1.0], dtype=F64))
+    ns = [10, 10**4, 10**8]
+    values = lemma_c_7_constants(A, 1.5, ns)
+    assert bool(torch.isfinite(values).all())
+    assert bool((values >= lemma_c_7(-1.0, 1.5, torch.tensor(ns, dtype=F64))).all())
+
+
+def test_synthetic_sweep_respects_both_bounds(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
+    d = 5
+    R = math.sqrt(3 / gamma(random_head(d, 0)).item())
+    result = synthetic_bound_sweep(d, 0, R, [2, 8, 32], 2)
+    for family in ("random", "adversarial"):
+        r = result.where(inputs=family)
+        assert bool((r["lip"] <= r["data_bound"]).all() and (r["data_bound"] <= r["bound"]).all())
+        assert bool((r["column_sum"] <= r["n"] + 1e-9).all())
+    again = synthetic_bound_sweep(d, 0, R, [2, 8, 32], 2)
+    assert again.where(inputs="random")["lip"].equal(result.where(inputs="random")["lip"])
+
+
+def test_real_sweeps_on_a_tiny_grid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
+    if folder is None:
+        pytest.skip("no pre-seeded Alice text")
+    monkeypatch.setenv(data.DATA_ENV, str(folder))
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
+    real = real_lipschitz_sweep("minilm", 1, [4, 8], 1)
+    assert real["n"].tolist() == [4.0, 8.0]
+    assert bool((real["lip"] <= real["data_bound"]).all() and (real["data_bound"] <= real["bound"]).all())
+    assert bool((real["mean_radius"] <= real["radius"]).all())
+    table = head_gamma_table("minilm", [8], 1)
+    gammas = table.pivot("gamma", "layer", "head")
+    assert gammas.shape == (6, 12) and bool((gammas > 0).all())
+    radius = table.pivot("radius", "layer", "head")[:, 0]
+    adv = real_adversarial_sweep("minilm", 1, 0, radius[1].item(), [4, 8])
+    assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_large_radius_error_decays_at_the_gap_rate(gen: torch.Generator, masked: bool) -> None:
+    X, A, V = random_attention_problem(gen)
+    X = torch.nn.functional.normalize(X[:1], dim=-1)
+    gap = score_gaps(X, A, masked=masked).min().item()
+    R = torch.sqrt(torch.tensor([15.0, 20.0, 25.0], dtype=F64) / gap)
+    err = large_radius_error(X, A, V, R, masked=masked)
+    assert bool((err[1:] < err[:-1]).all())
+    rate = -fit_line(R**2, (err / R**2).log()).slope
+    assert abs(rate / gap - 1) < 0.05
+
+
+def test_quadratic_growth_slopes_are_two() -> None:
+    radii = torch.logspace(1, 3, 5, dtype=F64)
+    constants, slopes = quadratic_growth_slopes(5, 3, radii, 4, seed=1)
+    assert constants.shape == (4, 5) and slopes.shape == (4,)
+    assert bool(((slopes - 2).abs() < 0.05).all())
