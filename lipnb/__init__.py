@@ -55,8 +55,8 @@ __all__ = [
     "weighted_operator_norm",
 ]
 
-_LAZY = {"data", "flow", "heads", "jacobian", "measures", "models", "normalization", "profiles", "report", "results",
-         "stats", "sweeps"}
+_LAZY = {"data", "flow", "heads", "jacobian", "measures", "models", "normalization", "profiles", "published",
+         "real_data", "report", "results", "stats", "sweeps"}
 
 
 def __getattr__(name: str) -> ModuleType:

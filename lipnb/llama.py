@@ -1,0 +1,90 @@
+"""Beyond the paper: a small randomly initialised Llama-style decoder (RMSNorm, rotary positions, grouped-query heads).
+
+``random_llama`` builds it offline from a ``transformers`` config (with GPT-2's tokenizer for text);
+``attention_map`` is a layer's self-attention as a map of the tokens entering it (after RMSNorm), causal,
+with rotary positions (``rotary=True``, as the model runs) or with the rotation switched off, so that
+Proposition 3.4's construction can be measured both ways; ``head_A`` is Def 2.1's ``A_h`` of a head at
+relative position zero (where rotary positions leave the scores unchanged).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor, nn
+from transformers import LlamaConfig, LlamaModel
+
+__all__ = ["CONFIG", "attention_inputs", "attention_map", "head_A", "is_llama", "random_llama"]
+
+CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
+          "num_key_value_heads": 2, "vocab_size": 50257, "max_position_embeddings": 1024}
+
+
+def is_llama(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``LlamaModel``."""
+    return isinstance(model, LlamaModel)
+
+
+def random_llama(seed: int = 0) -> LlamaModel:
+    """A Llama-style decoder of :data:`CONFIG` with the random weights of ``torch.manual_seed(seed)``, eval, frozen."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaModel(LlamaConfig(**CONFIG, attn_implementation="eager"))
+    return model.eval().requires_grad_(False)
+
+
+def _check(model: nn.Module, layer: int) -> nn.Module:
+    if not is_llama(model):
+        raise TypeError(f"expected a LlamaModel; got {type(model).__name__}")
+    if not 0 <= layer < model.config.num_hidden_layers:
+        raise ValueError(f"layer must be in 0..{model.config.num_hidden_layers - 1}; got {layer}")
+    return model.layers[layer].self_attn
+
+
+def attention_map(model: nn.Module, layer: int, *, rotary: bool = True) -> Callable[[Tensor], Tensor]:
+    """Def 2.2 as the model runs it (grouped-query heads and output projection), causal (Def 2.5), ``(B, n, d)``."""
+    attn = _check(model, layer)
+
+    def f(X: Tensor) -> Tensor:
+        n = X.shape[1]
+        positions = torch.arange(n, device=X.device)[None].expand(X.shape[0], -1)
+        cos, sin = model.rotary_emb(X, positions)
+        if not rotary:
+            cos, sin = torch.ones_like(cos), torch.zeros_like(sin)
+        mask = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype, device=X.device).triu(1)[None, None]
+        return attn(hidden_states=X, position_embeddings=(cos, sin), attention_mask=mask)[0]
+
+    return f
+
+
+def attention_inputs(model: nn.Module, layers: Sequence[int], input_ids: Tensor) -> dict[int, Tensor]:
+    """The tokens entering each layer's self-attention (after ``input_layernorm``) in a no-grad forward."""
+    captured: dict[int, Tensor] = {}
+
+    def capture(index: int) -> Callable[..., None]:
+        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
+            captured[index] = (args[0] if args else kwargs["hidden_states"]).clone()
+
+        return hook
+
+    handles = [_check(model, i).register_forward_pre_hook(capture(i), with_kwargs=True) for i in set(layers)]
+    try:
+        with torch.no_grad():
+            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {i: captured[i] for i in layers}
+
+
+def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
+    """Def 2.1: ``A_h = K_gᵀ Q_h · scaling`` of head ``h`` and its key-value group ``g`` (no rotation)."""
+    attn = _check(model, layer)
+    H, k = model.config.num_attention_heads, attn.head_dim
+    if not 0 <= head < H:
+        raise ValueError(f"head must be in 0..{H - 1}; got {head}")
+    group = head // attn.num_key_value_groups
+    Q = attn.q_proj.weight.detach()[head * k:(head + 1) * k]
+    K = attn.k_proj.weight.detach()[group * k:(group + 1) * k]
+    return K.T @ Q * attn.scaling
