@@ -18,15 +18,8 @@ import importlib
 from types import ModuleType
 
 from . import bounds, inputs
-from .attention import (
-    MultiHead,
-    MultiHeadMap,
-    attention_matrix,
-    lemma_c2_jvp,
-    mask_future,
-    multihead_attention,
-    self_attention,
-)
+from .attention import MultiHead, attention_matrix, mask_future, multihead_attention, self_attention
+from .jacobian import MultiHeadMap, lemma_c_2_jvp
 from .lipschitz import (
     LipschitzResult,
     NotConvergedWarning,
@@ -47,7 +40,7 @@ __all__ = [
     "exact_local_lipschitz",
     "inputs",
     "jacobian_matrix",
-    "lemma_c2_jvp",
+    "lemma_c_2_jvp",
     "local_lipschitz",
     "mask_future",
     "multihead_attention",

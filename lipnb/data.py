@@ -34,7 +34,7 @@ from urllib.parse import urlparse
 
 import torch
 from torch import Tensor
-from tqdm.std import tqdm
+from tqdm.auto import tqdm
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

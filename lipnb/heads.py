@@ -7,7 +7,8 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .attention import MultiHead, MultiHeadMap
+from .attention import MultiHead
+from .jacobian import MultiHeadMap
 from .lipschitz import local_lipschitz
 
 __all__ = [

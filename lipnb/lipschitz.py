@@ -2,7 +2,7 @@
 
 Matrix-free estimates work on the whole batch at once: one forward pass per input builds the
 linearization (in closed form for a :class:`Linearizable` map such as
-:class:`lipnb.attention.MultiHeadMap`, by autograd otherwise), and every step then costs one
+:class:`lipnb.jacobian.MultiHeadMap`, by autograd otherwise), and every step then costs one
 Jacobian-vector and one vector-Jacobian product on the inputs that have not converged yet. Batches
 larger than the device's memory run in chunks. Dense float64 Jacobians serve as ground truth on
 small problems. ``bench/lipschitz.py`` measures all this against the paper's method.
@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .attention import _log_weights, check_tokens
+from .attention import check_tokens, log_weights
 
 __all__ = [
     "Linearizable",
@@ -80,7 +80,7 @@ class Linearization:
 class Linearizable(Protocol):
     """A map ``fn`` that knows its own Jacobian: ``fn.linearize(X)`` returns an object with ``output``,
     ``jvp`` and ``vjp`` (optionally ``select``) like :class:`Linearization`, e.g.
-    :class:`lipnb.attention.MultiHeadMap` (Lemma C.2 in closed form)."""
+    :class:`lipnb.jacobian.MultiHeadMap` (Lemma C.2 in closed form)."""
 
     def __call__(self, X: Tensor) -> Tensor: ...
 
@@ -416,7 +416,7 @@ def local_lipschitz(
     """Lemma 3.1 / App. E.1: ``||D_{X_b} fn||_2`` for every ``b`` of a ``(B, n, d)`` batch, matrix-free.
 
     ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately; a
-    :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.attention.MultiHeadMap`) brings its closed-form
+    :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.jacobian.MultiHeadMap`) brings its closed-form
     Jacobian products, any other is differentiated by autograd. ``method`` is ``"lanczos"`` (default)
     or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds the relative residual of the
     top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. Converged inputs stop costing
@@ -526,7 +526,7 @@ def weighted_operator_norm(fn: Map, X: Tensor, weights: Tensor) -> Tensor:
     mean-field attention at the measure ``sum_i w_i δ_{x_i}`` for the Wasserstein-2 distance.
     """
     check_tokens(X)
-    w = _log_weights(weights, X.double()).exp().squeeze(1)
+    w = log_weights(weights, X.double()).exp().squeeze(1)
     J = jacobian_matrix(fn, X)
     n = X.shape[1]
     root_out = w.sqrt().repeat_interleave(J.shape[1] // n, dim=1)

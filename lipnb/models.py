@@ -35,8 +35,9 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from .attention import MultiHead, MultiHeadMap, check_tokens, concat_heads
+from .attention import MultiHead, check_tokens
 from .data import reachable, user_cache_dir
+from .jacobian import MultiHeadMap, concat_heads
 from .lipschitz import Linearization
 from .profiles import default_device
 from .sublayers import ResidualAttentionMap
@@ -305,7 +306,7 @@ class LayerMap:
         self._map: MultiHeadMap | ResidualAttentionMap | None = None
 
     def closed_form(self) -> MultiHeadMap | ResidualAttentionMap:
-        """The layer as a :class:`~lipnb.attention.MultiHeadMap` (``"mha"``, ``"self"``) or a
+        """The layer as a :class:`~lipnb.jacobian.MultiHeadMap` (``"mha"``, ``"self"``) or a
         :class:`~lipnb.sublayers.ResidualAttentionMap` (``"block"``) of its current weights."""
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.params)
         if key != self._key or self._map is None:

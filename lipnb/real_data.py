@@ -19,8 +19,8 @@ import torch
 from torch import Tensor, nn
 
 from . import data, llama, models
-from .attention import MultiHeadMap
 from .heads import single_head
+from .jacobian import MultiHeadMap
 from .lipschitz import local_lipschitz
 from .published import published_A, published_estimator
 from .results import ResultTable, cached_table, progress

@@ -20,7 +20,7 @@ from typing import TypeVar
 import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.std import tqdm
+from tqdm.auto import tqdm
 
 __all__ = [
     "CACHE_ENV",

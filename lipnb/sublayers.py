@@ -2,7 +2,7 @@
 
 BERT runs its attention post-LN, ``LayerNorm(X + f(X))``; GPT-2 pre-LN, ``X + f(LayerNorm(X))`` (Sec. 2.3).
 The Jacobian of either is a product of three closed forms: Lemma C.2's for the multi-head map ``f``
-(:class:`lipnb.attention.MultiHeadMap`), the identity for the residual, and LayerNorm's
+(:class:`lipnb.jacobian.MultiHeadMap`), the identity for the residual, and LayerNorm's
 (:class:`lipnb.normalization.LayerNormLinearization`). Products cost those of ``f`` plus a few passes over the tokens.
 """
 
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import AttentionLinearization, MultiHeadMap, check_tokens
+from .attention import check_tokens
+from .jacobian import AttentionLinearization, MultiHeadMap
 from .normalization import LayerNormLinearization, layer_norm
 
 __all__ = ["ResidualAttentionMap", "SublayerLinearization"]
@@ -57,7 +58,7 @@ class SublayerLinearization:
 @dataclass(frozen=True, eq=False)
 class ResidualAttentionMap:
     """A residual attention sub-layer (Sec. 2.3): ``LayerNorm(X + f(X))`` if ``post`` (BERT), else
-    ``X + f(LayerNorm(X))`` (GPT-2), with ``f`` a :class:`~lipnb.attention.MultiHeadMap` and LayerNorm
+    ``X + f(LayerNorm(X))`` (GPT-2), with ``f`` a :class:`~lipnb.jacobian.MultiHeadMap` and LayerNorm
     ``γ ⊙ z + β`` (``eps`` inside the square root). ``linearize`` composes the closed forms
     (:class:`SublayerLinearization`), which :func:`lipnb.local_lipschitz` uses instead of autograd.
     """

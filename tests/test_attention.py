@@ -2,7 +2,7 @@
 
 Def 2.1 (single head), Def 2.2 (multi-head), Def 2.5 (masked), Def C.4 (weighted), App. E.3
 (biases, Remark E.1) and the closed-form differential of Lemma C.2 / D.1 / C.6 / E.2, both
-``lemma_c2_jvp`` and the factored products of ``MultiHeadMap`` used by ``local_lipschitz``.
+``lemma_c_2_jvp`` and the factored products of ``MultiHeadMap`` used by ``local_lipschitz``.
 """
 
 from __future__ import annotations
@@ -16,15 +16,8 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
-from lipnb.attention import (
-    MultiHead,
-    MultiHeadMap,
-    attention_matrix,
-    concat_heads,
-    lemma_c2_jvp,
-    multihead_attention,
-    self_attention,
-)
+from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.jacobian import MultiHeadMap, concat_heads, lemma_c_2_jvp
 
 F64 = torch.float64
 
@@ -239,7 +232,7 @@ def test_from_projections_reproduces_torch_multihead_attention(gen: torch.Genera
      (True, True, True)],
     ids=["C.2", "D.1-masked", "C.6-weighted", "E.2-score-bias", "all"],
 )
-def test_lemma_c2_matches_autograd(gen: torch.Generator, masked: bool, weighted: bool, biased: bool) -> None:
+def test_lemma_c_2_matches_autograd(gen: torch.Generator, masked: bool, weighted: bool, biased: bool) -> None:
     """Lemma C.2 (D.1, C.6, E.2): the closed-form ``D_X f(E)`` equals ``torch.func.jvp`` of the map."""
     B, n, d, dv = 3, 5, 3, 4
     X = 1.5 * randn(gen, B, n, d)
@@ -254,19 +247,19 @@ def test_lemma_c2_matches_autograd(gen: torch.Generator, masked: bool, weighted:
     if not biased:
         torch.testing.assert_close(f(X), self_attention(X, A, V, masked=masked, weights=w))
     _, reference = torch.func.jvp(f, (X,), (E,))
-    closed = lemma_c2_jvp(X, A, V, E, score_bias=c, masked=masked, weights=w)
+    closed = lemma_c_2_jvp(X, A, V, E, score_bias=c, masked=masked, weights=w)
     torch.testing.assert_close(closed, reference, rtol=1e-10, atol=1e-12)
 
 
 @given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 5), d=st.integers(1, 3), scale=st.floats(0.0, 3.0),
        masked=st.booleans())
-def test_lemma_c2_property(seed: int, n: int, d: int, scale: float, masked: bool) -> None:
+def test_lemma_c_2_property(seed: int, n: int, d: int, scale: float, masked: bool) -> None:
     """Lemma C.2 / D.1 for all small inputs: closed form equals autograd."""
     gen = torch.Generator().manual_seed(seed)
     X, E = scale * randn(gen, 1, n, d), randn(gen, 1, n, d)
     A, V = randn(gen, d, d), randn(gen, d, d)
     _, reference = torch.func.jvp(lambda Z: self_attention(Z, A, V, masked=masked), (X,), (E,))
-    torch.testing.assert_close(lemma_c2_jvp(X, A, V, E, masked=masked), reference, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(lemma_c_2_jvp(X, A, V, E, masked=masked), reference, rtol=1e-9, atol=1e-10)
 
 
 def _map_heads(kind: str, gen: torch.Generator) -> MultiHead:
@@ -357,7 +350,7 @@ def test_huge_scores_are_finite_and_hard_argmax(gen: torch.Generator, dtype: tor
     assert bool((m != torch.arange(n)).any())  # not only every token attending to itself
     hard = torch.gather(X @ V.mT, 1, m.unsqueeze(-1).expand(-1, -1, d))
     torch.testing.assert_close(out, hard)
-    jvp = lemma_c2_jvp(X, A, V, torch.ones_like(X), masked=masked)
+    jvp = lemma_c_2_jvp(X, A, V, torch.ones_like(X), masked=masked)
     assert bool(torch.isfinite(jvp).all())
 
 
@@ -424,7 +417,7 @@ def test_outputs_follow_input_dtype(gen: torch.Generator, dtype: torch.dtype) ->
     A, V = randn(gen, 3, 3, dtype=dtype), randn(gen, 2, 3, dtype=dtype)
     heads = random_heads(gen, 2, 3, 2, 3, biases=True).to(dtype)
     outs = [attention_matrix(X, A), self_attention(X, A, V, weights=torch.ones(4)),
-            multihead_attention(X, heads), lemma_c2_jvp(X, A, V, X)]
+            multihead_attention(X, heads), lemma_c_2_jvp(X, A, V, X)]
     for out in outs:
         assert out.dtype == dtype
         assert out.device == X.device
@@ -474,7 +467,7 @@ def _bad_calls() -> list[tuple[str, Callable[[], object], str]]:
         ("weights-zero", lambda: self_attention(X, A, V, weights=torch.tensor([1.0, 0, 1, 1])), "positive"),
         ("weights-negative", lambda: self_attention(X, A, V, weights=-torch.ones(4)), "positive"),
         ("weights-nan", lambda: self_attention(X, A, V, weights=torch.tensor([1.0, nan, 1, 1])), "finite"),
-        ("E-shape", lambda: lemma_c2_jvp(X, A, V, X[:, :3]), "E must have the shape of X"),
+        ("E-shape", lambda: lemma_c_2_jvp(X, A, V, X[:, :3]), "E must have the shape of X"),
         ("heads-X-wrong-d", lambda: multihead_attention(randn(gen, 1, 4, 5), MultiHead.single(A, V)), "d = 5"),
         ("MH-A-not-square", lambda: MultiHead(randn(gen, 2, 3, 2), randn(gen, 2, 2, 3), randn(gen, 2, 3, 2)),
          "square"),
@@ -503,8 +496,8 @@ def _bug_calls() -> list[tuple[str, Callable[[], object], str]]:
     gen = torch.Generator().manual_seed(0)
     X, A, V = randn(gen, 2, 4, 3), randn(gen, 3, 3), randn(gen, 2, 3)
     return [
-        ("jvp-V-wrong-d", lambda: lemma_c2_jvp(X, A, V[:, :2], X), "V"),
-        ("jvp-V-nan", lambda: lemma_c2_jvp(X, A, V * float("nan"), X), "V contains NaN or inf"),
+        ("jvp-V-wrong-d", lambda: lemma_c_2_jvp(X, A, V[:, :2], X), "V"),
+        ("jvp-V-nan", lambda: lemma_c_2_jvp(X, A, V * float("nan"), X), "V contains NaN or inf"),
         ("score-bias-shape", lambda: attention_matrix(X, A, score_bias=randn(gen, 1)), "score_bias"),
         ("score-bias-nan", lambda: attention_matrix(X, A, score_bias=torch.full((3,), float("nan"))), "score_bias"),
     ]
@@ -512,7 +505,7 @@ def _bug_calls() -> list[tuple[str, Callable[[], object], str]]:
 
 @pytest.mark.parametrize(("call", "message"), [c[1:] for c in _bug_calls()], ids=[c[0] for c in _bug_calls()])
 def test_bug_unvalidated_v_and_score_bias(call: Callable[[], object], message: str) -> None:
-    """Regression (was a reported bug): ``lemma_c2_jvp`` never checks ``V`` and ``attention_matrix`` never checks
+    """Regression (was a reported bug): ``lemma_c_2_jvp`` never checks ``V`` and ``attention_matrix`` never checks
     ``score_bias``; a wrong shape broadcasts silently or raises a bare RuntimeError, and NaN propagates."""
     with pytest.raises(ValueError, match=message):
         call()

@@ -42,7 +42,7 @@ from lipnb.bounds import (
 )
 from lipnb.flow import attention_flow, flow_jacobians
 from lipnb.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure
-from lipnb.jacobian import lemma_c2_term_matrices
+from lipnb.jacobian import lemma_c_2_term_matrices
 from lipnb.lipschitz import exact_local_lipschitz, local_lipschitz
 from lipnb.measures import masked_mean_field, masked_mean_field_ratio, weighted_attention_lipschitz
 
@@ -385,7 +385,7 @@ def test_theorem_c_3_terms_bound_each_term_and_sum_to_the_library(gen: torch.Gen
     c = torch.randn(d, generator=gen, dtype=F64)
     bounds = theorem_c_3_terms(X, A, masked=masked)
     assert torch.allclose(bounds, theorem_c_3_terms(X, A, masked=masked), rtol=1e-9)
-    exact = torch.linalg.matrix_norm(lemma_c2_term_matrices(X, A, masked=masked), ord=2)
+    exact = torch.linalg.matrix_norm(lemma_c_2_term_matrices(X, A, masked=masked), ord=2)
     assert bool((exact <= bounds * (1 + 1e-12)).all())
     assert torch.allclose(torch.linalg.matrix_norm(V, ord=2) * bounds.sum(1), theorem_c_3(X, A, V, masked=masked))
     with_bias = theorem_c_3_terms(X, A, score_bias=c, masked=masked).sum(1)

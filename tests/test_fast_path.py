@@ -1,7 +1,7 @@
 """The fast path of :func:`lipnb.local_lipschitz`: closed-form Jacobian products, compaction, chunking.
 
 Lemma C.2 (multi-head: Def 2.2; masked: Lemma D.1; biased: Lemma E.2) in closed form,
-:class:`lipnb.attention.MultiHeadMap`, checked against dense float64 Jacobians and against the
+:class:`lipnb.jacobian.MultiHeadMap`, checked against dense float64 Jacobians and against the
 Hugging Face modules it stands for; batches shrinking as inputs converge and batches split to fit
 the device's memory give the same estimates. No test here times anything.
 """
@@ -21,13 +21,8 @@ from hypothesis import given
 from torch import Tensor
 
 import lipnb.lipschitz as lipschitz
-from lipnb.attention import (
-    AttentionLinearization,
-    MultiHead,
-    MultiHeadMap,
-    concat_heads,
-    multihead_attention,
-)
+from lipnb.attention import MultiHead, multihead_attention
+from lipnb.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
 from lipnb.lipschitz import (
     Linearizable,
     Linearization,

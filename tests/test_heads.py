@@ -9,7 +9,6 @@ from conftest import random_multihead
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
 from lipnb import MultiHead, exact_local_lipschitz, local_lipschitz, models, multihead_attention
-from lipnb.attention import MultiHeadMap
 from lipnb.heads import (
     attention_layernorm,
     bias_perturbation_effect,
@@ -18,6 +17,7 @@ from lipnb.heads import (
     single_head,
     textbook_multihead,
 )
+from lipnb.jacobian import MultiHeadMap
 from lipnb.normalization import normalization_radius
 
 F64 = torch.float64

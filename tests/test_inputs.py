@@ -22,7 +22,7 @@ from torch import Tensor
 
 from lipnb import bounds
 from lipnb import inputs as adv
-from lipnb.attention import MultiHeadMap, attention_matrix, self_attention
+from lipnb.attention import attention_matrix, self_attention
 from lipnb.bounds import gamma, theorem_3_7_limit
 from lipnb.inputs import (
     adversarial_case,
@@ -32,7 +32,7 @@ from lipnb.inputs import (
     maximize_local_lipschitz,
     repeat_tokens,
 )
-from lipnb.jacobian import score_gaps
+from lipnb.jacobian import MultiHeadMap, score_gaps
 from lipnb.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
 F64 = torch.float64

@@ -9,15 +9,15 @@ from conftest import random_attention_params, random_attention_problem, random_h
 
 from lipnb import jacobian_matrix, self_attention
 from lipnb.bounds import theorem_3_7_limit
-from lipnb.jacobian import jacobian_block_norms, lemma_c2_term_matrices, score_gaps, selection_jacobian
+from lipnb.jacobian import jacobian_block_norms, lemma_c_2_term_matrices, score_gaps, selection_jacobian
 
 F64 = torch.float64
 
 
 @pytest.mark.parametrize("masked", [False, True])
-def test_lemma_c2_terms_sum_to_the_jacobian(gen: torch.Generator, masked: bool) -> None:
+def test_lemma_c_2_terms_sum_to_the_jacobian(gen: torch.Generator, masked: bool) -> None:
     X, A = 1.5 * torch.randn(2, 5, 3, generator=gen, dtype=F64), random_head_matrix(gen, 3)
-    terms = lemma_c2_term_matrices(X, A, masked=masked)
+    terms = lemma_c_2_term_matrices(X, A, masked=masked)
     J = jacobian_matrix(lambda Z: self_attention(Z, A, torch.eye(3, dtype=F64), masked=masked), X)
     assert torch.allclose(terms.sum(1), J, atol=1e-12)
 

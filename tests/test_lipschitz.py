@@ -20,7 +20,8 @@ from hypothesis import given
 from torch import Tensor
 
 import lipnb.lipschitz as lipschitz_module
-from lipnb.attention import MultiHead, MultiHeadMap, attention_matrix, multihead_attention, self_attention
+from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.jacobian import MultiHeadMap
 from lipnb.lipschitz import (
     LipschitzResult,
     NotConvergedWarning,

@@ -52,12 +52,12 @@ def self_attention_matches_formula() -> None:
     assert torch.allclose(attention.self_attention(X, A, V), _softmax_attention(X, A, V), atol=1e-12)
 
 
-def lemma_c2_matches_autograd() -> None:
+def lemma_c_2_matches_autograd() -> None:
     """Chapter 1 (the Jacobian by hand): Lemma C.2's JVP equals forward-mode autograd of Def 2.1."""
     A, V = _head()
     X, E = torch.randn(2, 2, 5, 4, generator=_generator(2), dtype=f64)
     _, expected = torch.func.jvp(lambda Z: _softmax_attention(Z, A, V), (X,), (E,))
-    assert torch.allclose(attention.lemma_c2_jvp(X, A, V, E), expected, atol=1e-12)
+    assert torch.allclose(jacobian.lemma_c_2_jvp(X, A, V, E), expected, atol=1e-12)
 
 
 def local_lipschitz_matches_svd() -> None:
@@ -80,7 +80,7 @@ def terms_add_up_to_jacobian() -> None:
     A, _ = _head()
     X = torch.randn(2, 4, 4, generator=_generator(4), dtype=f64)
     J = lipschitz.jacobian_matrix(lambda Z: _softmax_attention(Z, A, torch.eye(4, dtype=f64)), X)
-    assert torch.allclose(jacobian.lemma_c2_term_matrices(X, A).sum(1), J, atol=1e-12)
+    assert torch.allclose(jacobian.lemma_c_2_term_matrices(X, A).sum(1), J, atol=1e-12)
 
 
 def bounds_match_closed_forms() -> None:
@@ -262,7 +262,7 @@ def euler_stack_matches_layers() -> None:
 
 CATCHERS: list[Callable[[], None]] = [
     self_attention_matches_formula,
-    lemma_c2_matches_autograd,
+    lemma_c_2_matches_autograd,
     local_lipschitz_matches_svd,
     terms_add_up_to_jacobian,
     bounds_match_closed_forms,
@@ -325,7 +325,7 @@ MUTATIONS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
         _transposed_a,
         [self_attention_matches_formula, value_bias_enters_the_output],
     ),
-    "lemma_c2_jvp uses Aᵀ": (attention, "lemma_c2_jvp", _transposed_a, [lemma_c2_matches_autograd]),
+    "lemma_c_2_jvp uses Aᵀ": (jacobian, "lemma_c_2_jvp", _transposed_a, [lemma_c_2_matches_autograd]),
     "multihead_attention drops the value bias": (
         attention,
         "multihead_attention",
@@ -346,7 +346,7 @@ MUTATIONS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
         _scaled(2.0),
         [uniform_weights_give_local_constant],
     ),
-    "lemma_c2_term_matrices uses Aᵀ": (jacobian, "lemma_c2_term_matrices", _transposed_a, [terms_add_up_to_jacobian]),
+    "lemma_c_2_term_matrices uses Aᵀ": (jacobian, "lemma_c_2_term_matrices", _transposed_a, [terms_add_up_to_jacobian]),
     "theorem_3_3 x0.5": (bounds, "theorem_3_3", _scaled(0.5), [bounds_match_closed_forms]),
     "theorem_3_3 x2": (bounds, "theorem_3_3", _scaled(2.0), [bounds_match_closed_forms]),
     "theorem_e_3 x0.5": (bounds, "theorem_e_3", _scaled(0.5), [bounds_match_closed_forms]),
