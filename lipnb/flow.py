@@ -5,6 +5,8 @@ from __future__ import annotations
 import torch
 
 from .attention import self_attention
+from .checks import as_real, check_positive_int
+from .jacobian import lemma_c_2_term_matrices
 
 __all__ = [
     "attention_flow",
@@ -20,7 +22,7 @@ def attention_flow(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float,
     ``X0`` is ``(B, n, d)``; returns the whole trajectory, shape ``(L + 1, B, n, d)``, layer ``k`` at
     time ``k T / L``. With ``T = 1`` this is the slides' stack ``X + (1/L) f(X)``.
     """
-    h = T / L
+    h = float(as_real(T, "T")) / check_positive_int(L, "L")
     states = [X0]
     for _ in range(L):
         states.append(states[-1] + h * self_attention(states[-1], A, V))
@@ -29,7 +31,7 @@ def attention_flow(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float,
 
 def attention_flow_rk4(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float, steps: int) -> torch.Tensor:
     """Reference solution of ``dx_i/dt = Γ_μ(t)(x_i)`` at time ``T``: classical Runge–Kutta, ``steps`` steps."""
-    h = T / steps
+    h = float(as_real(T, "T")) / check_positive_int(steps, "steps")
     X = X0
     for _ in range(steps):
         k1 = self_attention(X, A, V)
@@ -43,22 +45,20 @@ def attention_flow_rk4(X0: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: fl
 def flow_jacobians(states: torch.Tensor, A: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
     """Lemma C.2 in closed form: dense ``D_X f`` of self-attention at each state ``(B, n, d)``, ``(B, n d_v, n d)``.
 
-    Block ``(i, j)`` is ``V [P_ij I + δ_ij Cov_i A + P_ij (x_j - x̄_i)(A x_i)ᵀ]``; batched, no autodiff.
+    Block ``(i, j)`` is ``V [P_ij I + δ_ij Cov_i A + P_ij (x_j - x̄_i)(A x_i)ᵀ]`` (the sum of
+    :func:`lipnb.jacobian.lemma_c_2_term_matrices`, times ``V``); batched, float64, no autodiff.
     """
     B, n, d = states.shape
-    P = torch.softmax((states @ A.mT) @ states.mT, dim=-1)
-    centred = states.unsqueeze(1) - (P @ states).unsqueeze(2)                  # (B, i, j, d): x_j - x̄_i
-    cov = torch.einsum("bij,bijd,bije->bide", P, centred, centred)
-    eye_d = torch.eye(d, dtype=states.dtype, device=states.device)
-    eye_n = torch.eye(n, dtype=states.dtype, device=states.device)
-    J = torch.einsum("bij,de->bidje", P, eye_d) + torch.einsum("bide,ij->bidje", cov @ A, eye_n) \
-        + torch.einsum("bij,bijd,bie->bidje", P, centred, states @ A.mT)
-    return torch.einsum("vd,bidje->bivje", V, J).reshape(B, n * V.shape[0], n * d)
+    J = lemma_c_2_term_matrices(states, A).sum(1).view(B, n, d, n, d)
+    return torch.einsum("vd,bidje->bivje", V.double(), J).reshape(B, n * V.shape[0], n * d)
 
 
 def cluster_labels(Y: torch.Tensor, tol: float) -> torch.Tensor:
     """Single-linkage clusters of the points ``Y`` ``(n, d)``: points closer than ``tol`` share a label, ``(n,)``."""
     from scipy.cluster.hierarchy import fcluster, linkage
+
+    if not tol > 0:
+        raise ValueError(f"tol must be > 0; got {tol}")
 
     if Y.shape[0] < 2:
         return torch.zeros(Y.shape[0], dtype=torch.long)

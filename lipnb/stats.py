@@ -27,12 +27,29 @@ class LineFit:
     high: float
 
 
+def _points(x: torch.Tensor, y: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``y`` as flat float64 tensors, checked: same length, at least two finite points, ``0 < level < 1``."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    x = torch.as_tensor(x, dtype=torch.float64).flatten()
+    y = torch.as_tensor(y, dtype=torch.float64).flatten()
+    if x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"x and y must hold the same number (>= 2) of points; got {len(x)} and {len(y)}")
+    if not bool(torch.isfinite(x).all() & torch.isfinite(y).all()):
+        raise ValueError("x and y must be finite (a log of a zero or negative value?)")
+    if bool((x == x[0]).all()):
+        raise ValueError("x must take at least two distinct values to fit a slope")
+    return x, y
+
+
 def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
-    """Rates of Theorem 3.7, App. C.7, Prop. 3.6: least-squares slope with its Student-t interval at ``level``."""
+    """Rates of Theorem 3.7, App. C.7, Prop. 3.6: least-squares slope with its Student-t interval at ``level``.
+
+    With two points the slope is exact and its interval undefined (``nan``).
+    """
     from scipy import stats
 
-    x = torch.as_tensor(x, dtype=torch.float64).flatten().numpy()
-    y = torch.as_tensor(y, dtype=torch.float64).flatten().numpy()
+    x, y = (t.numpy() for t in _points(x, y, level))
     fit = stats.linregress(x, y)
     half = float(stats.t.ppf(0.5 + level / 2, len(x) - 2)) * fit.stderr
     return LineFit(float(fit.slope), float(fit.intercept), float(fit.slope - half), float(fit.slope + half))
@@ -42,7 +59,11 @@ def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[floa
     """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
     from scipy import stats
 
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
     v = torch.as_tensor(values, dtype=torch.float64).flatten().numpy()
+    if len(v) < 2 or not bool(torch.isfinite(torch.as_tensor(v)).all()):
+        raise ValueError(f"values must hold at least two finite replicates; got {v.tolist()}")
     low, high = stats.t.interval(level, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
     return float(v.mean()), float(low), float(high)
 
@@ -54,8 +75,9 @@ def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, re
     Points are resampled within each distinct ``x`` (each sequence length keeps its number of sequences),
     so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
     """
-    x = torch.as_tensor(x, dtype=torch.float64).flatten()
-    y = torch.as_tensor(y, dtype=torch.float64).flatten()
+    x, y = _points(x, y, level)
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1; got {resamples}")
     g = torch.Generator().manual_seed(seed)
     groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
     picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)

@@ -136,3 +136,32 @@ def test_local_lipschitz_refuses_integer_tokens() -> None:
 
     with pytest.raises(TypeError, match="X must hold floating-point tokens"):
         local_lipschitz(lambda Z: Z, torch.ones(2, 4, 3, dtype=torch.long))
+
+
+def test_fits_refuse_what_they_cannot_fit() -> None:
+    from lipnb import stats
+
+    with pytest.raises(ValueError, match="same number"):
+        stats.fit_line(torch.arange(3.0), torch.arange(4.0))
+    with pytest.raises(ValueError, match="finite"):
+        stats.fit_line(torch.tensor([1.0, 2.0, math.nan]), torch.arange(3.0))
+    with pytest.raises(ValueError, match="two distinct"):
+        stats.bootstrap_slope(torch.ones(4), torch.arange(4.0))
+    with pytest.raises(ValueError, match="resamples"):
+        stats.bootstrap_slope(torch.arange(4.0), torch.arange(4.0), resamples=0)
+    with pytest.raises(ValueError, match="level"):
+        stats.student_interval(torch.tensor([1.0, 2.0]), level=1.5)
+    with pytest.raises(ValueError, match="two finite replicates"):
+        stats.student_interval(torch.tensor([1.0]))
+
+
+def test_flow_checks_its_steps() -> None:
+    from lipnb import flow
+
+    X, A = torch.randn(1, 4, 3, dtype=f64), torch.eye(3, dtype=f64)
+    with pytest.raises(ValueError, match="L must be >= 1"):
+        flow.attention_flow(X, A, A, 1.0, 0)
+    with pytest.raises(ValueError, match="T must be finite"):
+        flow.attention_flow_rk4(X, A, A, math.inf, 3)
+    with pytest.raises(ValueError, match="tol must be > 0"):
+        flow.cluster_labels(X[0], -1.0)
