@@ -122,7 +122,6 @@ def test_scanner_catches_typed_numbers(tmp_path: pathlib.Path) -> None:
 
 PENDING: dict[str, str] = {
     # chapter file name -> why its typed numbers are still there (the test is an expected failure there)
-    "10_performance.md": "owned by the performance chapter's engineer (issue 16); its numbers are being glued",
 }
 
 
