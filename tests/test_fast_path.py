@@ -21,6 +21,7 @@ from hypothesis import given
 from torch import Tensor
 
 import lipnb.lipschitz as lipschitz
+from lipnb import krylov
 from lipnb.attention import MultiHead, multihead_attention
 from lipnb.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
 from lipnb.lipschitz import (
@@ -474,7 +475,7 @@ def test_flop_formula_counts_every_matrix_product(kind: str, gen: torch.Generato
 def test_fill_holes_moves_only_the_tail() -> None:
     """Batch compaction in place: kept rows stay put, except tail rows moved into the finished rows' places."""
     keep = torch.tensor([True, False, True, False, True, True])
-    perm, holes, movers = lipschitz._fill_holes(keep)
+    perm, holes, movers = krylov.fill_holes(keep)
     assert perm.tolist() == [0, 4, 2, 5] and holes.tolist() == [1, 3] and movers.tolist() == [4, 5]
     assert sorted(perm.tolist()) == torch.nonzero(keep).flatten().tolist()
 
