@@ -38,6 +38,8 @@ def attention_layernorm(model: torch.nn.Module, layer: int) -> torch.nn.Module:
 def layernorm_activations(model: torch.nn.Module, layers: Iterable[int],
                           input_ids: torch.Tensor) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
     """Sec. 2.3: ``{layer: (x, LayerNorm(x))}`` of each :func:`attention_layernorm`, by forward hooks, no grad."""
+    from .models import forward_with_hooks
+
     layers = list(layers)
     captured: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -47,12 +49,7 @@ def layernorm_activations(model: torch.nn.Module, layers: Iterable[int],
         return capture
 
     handles = [attention_layernorm(model, i).register_forward_hook(hook(i)) for i in layers]
-    try:
-        with torch.no_grad():
-            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, input_ids, handles)
     return {i: captured[i] for i in layers}
 
 

@@ -18,6 +18,7 @@ __all__ = [
     "adversarial_case",
     "argmax_configuration",
     "ball_tokens",
+    "gradient_ascent",
     "head_spectra",
     "lemma_c_7_input",
     "maximize_local_lipschitz",
@@ -205,24 +206,19 @@ def head_spectra(A: torch.Tensor, *, rtol: float = 1e-9) -> HeadSpectrum:
     return HeadSpectrum(top, bottom, torch.maximum(top / 8, -bottom), top > -8 * bottom)
 
 
-def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: torch.Tensor, R: float, *,
-                             steps: int = 100, lr: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
-    """Lemma 3.1 on ``B_R^n``: projected gradient ascent (Adam) of the exact float64 ``Lip_X(fn)`` from each start.
+def gradient_ascent(value: Callable[[Tensor], Tensor], X0: Tensor, *, steps: int = 100, lr: float = 0.05,
+                    project: Callable[[Tensor], Tensor] | None = None) -> tuple[Tensor, Tensor]:
+    """Adam ascent of a differentiable per-input ``value`` ``(B,)`` from each start of ``X0`` (float64).
 
-    For small ``n d`` only (dense Jacobians). Returns the best inputs ``(B, n, d)``, every token of norm
-    ``<= R``, and their local constants ``(B,)``: lower bounds on ``Lip(fn|B_R^n)``.
+    After each step ``project`` (if given) maps the iterate back into the domain. Returns the best
+    inputs met and their values: lower bounds on the supremum of ``value`` over the domain.
     """
+    steps = check_positive_int(steps, "steps", minimum=0)
     X = X0.detach().double().clone()
-    X = (X * (R / X.norm(dim=-1, keepdim=True)).clamp(max=1)).requires_grad_(True)
+    if project is not None:
+        X = project(X)
+    X.requires_grad_(True)
     optimizer = torch.optim.Adam([X], lr=lr)
-
-    def value(Z: torch.Tensor) -> torch.Tensor:
-        norms = []
-        for z in Z:
-            J = torch.autograd.functional.jacobian(lambda u: fn(u[None])[0], z, create_graph=True, vectorize=True)
-            norms.append(torch.linalg.matrix_norm(J.reshape(-1, z.numel()), ord=2))
-        return torch.stack(norms)
-
     best, best_X = torch.full((len(X),), -torch.inf, dtype=torch.float64), X.detach().clone()
     for _ in range(steps + 1):
         v = value(X)
@@ -232,6 +228,29 @@ def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: tor
         optimizer.zero_grad()
         (-v.sum()).backward()
         optimizer.step()
-        with torch.no_grad():
-            X.mul_((R / X.norm(dim=-1, keepdim=True)).clamp(max=1))
+        if project is not None:
+            with torch.no_grad():
+                X.copy_(project(X))
     return best_X, best
+
+
+def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: torch.Tensor, R: float, *,
+                             steps: int = 100, lr: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """Lemma 3.1 on ``B_R^n``: projected gradient ascent (Adam) of the exact float64 ``Lip_X(fn)`` from each start.
+
+    For small ``n d`` only (dense Jacobians). Returns the best inputs ``(B, n, d)``, every token of norm
+    ``<= R``, and their local constants ``(B,)``: lower bounds on ``Lip(fn|B_R^n)``.
+    """
+    R = float(as_radius(R))
+
+    def value(Z: torch.Tensor) -> torch.Tensor:
+        norms = []
+        for z in Z:
+            J = torch.autograd.functional.jacobian(lambda u: fn(u[None])[0], z, create_graph=True, vectorize=True)
+            norms.append(torch.linalg.matrix_norm(J.reshape(-1, z.numel()), ord=2))
+        return torch.stack(norms)
+
+    def into_ball(Z: torch.Tensor) -> torch.Tensor:
+        return Z * (R / Z.norm(dim=-1, keepdim=True)).clamp(max=1)
+
+    return gradient_ascent(value, X0, steps=steps, lr=lr, project=into_ball)

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .attention import self_attention
 from .bounds import theorem_3_3
-from .inputs import ball_tokens, maximize_local_lipschitz, quadratic_growth_input
+from .inputs import ball_tokens, gradient_ascent, maximize_local_lipschitz, quadratic_growth_input
 from .l2_attention import L2AttentionMap, L2Heads, l2_attention
 from .l2_bounds import phi_inverse, theorem_3_2_inf, theorem_3_2_two
 from .lipschitz import exact_local_lipschitz
@@ -66,18 +66,7 @@ def maximize_l2_lipschitz(heads: L2Heads, X0: Tensor, norm: Norm, *, steps: int 
                           lr: float = 0.05) -> tuple[Tensor, Tensor]:
     """Gradient ascent (Adam) of :func:`jacobian_norm` from each start of ``X0``: best inputs and their constants."""
     heads = heads.to(X0.double())
-    X = X0.detach().double().clone().requires_grad_(True)
-    optimizer = torch.optim.Adam([X], lr=lr)
-    best, best_X = torch.full((len(X),), -torch.inf, dtype=torch.float64), X.detach().clone()
-    for _ in range(steps + 1):
-        v = jacobian_norm(heads, X, norm)
-        better = v.detach() > best
-        best = torch.where(better, v.detach(), best)
-        best_X[better] = X.detach()[better]
-        optimizer.zero_grad()
-        (-v.sum()).backward()
-        optimizer.step()
-    return best_X, best
+    return gradient_ascent(lambda X: jacobian_norm(heads, X, norm), X0, steps=steps, lr=lr)
 
 
 def identity_head(D: int = 2) -> L2Heads:

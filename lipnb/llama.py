@@ -15,6 +15,8 @@ import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
+from .models import forward_with_hooks
+
 __all__ = ["CONFIG", "attention_inputs", "attention_map", "head_A", "is_llama", "random_llama"]
 
 CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
@@ -69,12 +71,7 @@ def attention_inputs(model: nn.Module, layers: Sequence[int], input_ids: Tensor)
         return hook
 
     handles = [_check(model, i).register_forward_pre_hook(capture(i), with_kwargs=True) for i in set(layers)]
-    try:
-        with torch.no_grad():
-            model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
-    finally:
-        for handle in handles:
-            handle.remove()
+    forward_with_hooks(model, input_ids, handles)
     return {i: captured[i] for i in layers}
 
 

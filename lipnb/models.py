@@ -49,9 +49,11 @@ __all__ = [
     "OFFLINE_MODELS",
     "LayerMap",
     "OfflineError",
+    "StopForward",
     "attention_inputs",
     "attention_map",
     "family",
+    "forward_with_hooks",
     "head_matrices",
     "is_decoder",
     "layer_module",
@@ -344,7 +346,7 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> LayerMap:
     return LayerMap(model, layer, kind)
 
 
-class _StopForward(Exception):
+class StopForward(Exception):
     """Raised by the last capture hook: later layers need not run."""
 
 
@@ -381,18 +383,24 @@ def attention_inputs(
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             captured[index] = (args[0] if args else kwargs["hidden_states"]).clone()
             if index == last:
-                raise _StopForward
+                raise StopForward
 
         return hook
 
     handles = [_input_module(model, i, kind).register_forward_pre_hook(capture(i), with_kwargs=True)
                for i in set(layers)]
+    forward_with_hooks(model, input_ids, handles)
+    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
+
+
+def forward_with_hooks(model: nn.Module, input_ids: Tensor, handles: list) -> None:
+    """One ``no_grad`` forward of ``model`` on ``input_ids`` (moved to its device) for capturing hooks, which are
+    removed afterwards; a hook may end the pass early by raising :class:`StopForward`."""
     try:
         with torch.no_grad():
             model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
-    except _StopForward:
+    except StopForward:
         pass
     finally:
         for handle in handles:
             handle.remove()
-    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
