@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, check_tokens, mask_future, multihead_attention
+from .attention import MultiHead, attention_matrix, check_tokens, log_weights, mask_future, multihead_attention
 from .checks import check_float
 
 __all__ = [
@@ -82,8 +82,7 @@ def attention_covariances(Y: torch.Tensor, A: torch.Tensor, *, weights: torch.Te
     Z = Y if queries is None else queries
     scores = (Z @ A.mT) @ Y.mT
     if weights is not None:
-        w = torch.as_tensor(weights, dtype=Y.dtype, device=Y.device).expand(Y.shape[:2])
-        scores = scores + torch.log(w / w.sum(-1, keepdim=True)).unsqueeze(1)
+        scores = scores + log_weights(weights, Y)
     return weighted_covariances(torch.softmax(scores, dim=-1), Y)
 
 

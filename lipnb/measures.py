@@ -7,6 +7,7 @@ from collections.abc import Callable
 
 import torch
 
+from .attention import log_weights
 from .inputs import repeat_tokens
 from .jacobian import attention_covariances
 from .lipschitz import jacobian_matrix, weighted_operator_norm
@@ -103,8 +104,7 @@ def masked_mean_field(X: torch.Tensor, positions: torch.Tensor, A: torch.Tensor,
     """
     scores = (X @ A.mT) @ X.mT
     if weights is not None:
-        w = torch.as_tensor(weights, dtype=X.dtype, device=X.device).expand(X.shape[:2])
-        scores = scores + torch.log(w / w.sum(-1, keepdim=True)).unsqueeze(-2)
+        scores = scores + log_weights(weights, X)
     s = torch.as_tensor(positions, device=X.device).expand(X.shape[:2])
     future = s.unsqueeze(-2) > s.unsqueeze(-1)
     return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ (X @ V.mT)
