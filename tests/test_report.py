@@ -1,26 +1,75 @@
-"""lipnb.report: stated numbers, checks that print their margin and fail, named figures."""
+"""lipnb.report: stated numbers, checks stated once (verdict and margin from one comparison), the ledger."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import numpy as np
 import pytest
+import torch
 
 from lipnb import report
+from lipnb.report import check
 
 
-def test_check_prints_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
-    report.check("1 < 2", True, margin=1.0)
-    assert capsys.readouterr().out.strip() == "holds: 1 < 2 (margin 1)"
-    with pytest.raises(AssertionError, match="check failed: 2 < 1"):
-        report.check("2 < 1", False, margin=-1.0)
+def test_below_prints_its_margin_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert check.below("1 is at most 2", 1.0, 2.0) == pytest.approx(0.5)
+    assert capsys.readouterr().out.strip() == "holds: 1 is at most 2 | 1 ≤ 2 | margin 0.5"
+    with pytest.raises(AssertionError, match="check failed: FAILS: 3 is at most 2"):
+        check.below("3 is at most 2", 3.0, 2.0)
+
+
+def test_verdict_and_margin_agree_on_arrays() -> None:
+    # the tightest element decides both the verdict and the margin
+    assert check.below("all below", np.array([1.0, 1.9]), 2.0) == pytest.approx(0.05)
+    assert check.above("all above", torch.tensor([3.0, 2.5]), 2.0) == pytest.approx(0.25)
+    assert check.between("in the band", [0.2, 0.5], 0.0, 1.0) == pytest.approx(0.2)
+    with pytest.raises(AssertionError):
+        check.between("in the band", [0.2, 1.5], 0.0, 1.0)
+    with pytest.raises(AssertionError):
+        check.below("strictly", 2.0, 2.0, strict=True)
+
+
+def test_close_uses_the_stated_tolerance() -> None:
+    assert check.close("equal to 1e-9", 1.0 + 1e-12, 1.0, rtol=1e-9) == pytest.approx(0.999, abs=1e-3)
+    with pytest.raises(AssertionError):
+        check.close("equal to 1e-9", 1.0 + 1e-6, 1.0, rtol=1e-9)
+    with pytest.raises(ValueError, match="rtol"):
+        check.close("no tolerance", 1.0, 1.0)
+
+
+def test_equal_and_bad_input() -> None:
+    assert check.equal("three clusters", 3, 3) == 1.0
+    with pytest.raises(AssertionError):
+        check.equal("three clusters", 2, 3)
+    with pytest.raises(ValueError, match="NaN"):
+        check.below("nan", float("nan"), 1.0)
+    with pytest.raises(ValueError, match="claim"):
+        check.below("", 1.0, 2.0)
+
+
+def test_ledger_reads_the_check_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    check.below("a claim with | inside? no", 1.0, 4.0)
+    text = capsys.readouterr().out
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout",
+                                                        "text": ["noise\n", text]}]}]}
+    path = tmp_path / "07_demo.ipynb"
+    path.write_text(json.dumps(nb))
+    (entry,) = report.read_ledger([path])
+    assert entry.chapter == "07_demo" and entry.margin == pytest.approx(0.75) and "1 ≤ 4" in entry.detail
 
 
 def test_state_formats_and_refuses_nonsense() -> None:
     assert report.state("ratio", 0.123456) == "0.123"
     assert report.state("count", 12, "d") == "12"
+    assert report.state("tensor", torch.tensor(2.5), ".2f") == "2.50"
     with pytest.raises(ValueError, match="non-finite"):
         report.state("bad", float("nan"))
     with pytest.raises(ValueError, match="glue name"):
         report.state("a b", 1.0)
+    with pytest.raises(TypeError):
+        report.state("list", [1.0])
 
 
 def test_figure_has_the_question_as_title() -> None:
