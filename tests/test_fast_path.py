@@ -116,7 +116,9 @@ def test_select_is_the_linearization_of_the_sub_batch(gen: torch.Generator) -> N
     index = torch.tensor([4, 1, 2])
     sub, direct = fn.linearize(X).select(index), fn.linearize(X[index])
     E, G = randn(gen, 3, 4, 6), randn(gen, 3, 4, 6)
-    torch.testing.assert_close(sub.output, direct.output, rtol=0, atol=0)
+    # Not bitwise: a batch of 3 and a batch of 5 may take different matmul kernels; the map is O(1) and
+    # well conditioned here, so the two agree to a few float64 rounding steps.
+    torch.testing.assert_close(sub.output, direct.output, rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(sub.jvp(E), direct.jvp(E), rtol=1e-13, atol=1e-13)
     torch.testing.assert_close(sub.vjp(G), direct.vjp(G), rtol=1e-13, atol=1e-13)
 

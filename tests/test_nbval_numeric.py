@@ -1,0 +1,101 @@
+"""The nbval plugin that compares numbers as numbers: what it lets through and what it must still catch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nbval_numeric import harmonize_outputs, harmonize_text, tolerances, unit_in_last_place
+
+
+@pytest.mark.parametrize(("token", "unit"), [("0.1303", 1e-4), ("238.39196775204005", 1e-14), ("2.5e-07", 1e-8),
+                                             ("12", 0.0), ("3.", 1.0), ("1E+03", 1000.0)])
+def test_unit_in_last_place(token: str, unit: float) -> None:
+    assert unit_in_last_place(token) == pytest.approx(unit, rel=1e-12)
+
+
+def test_kernel_rounding_in_the_last_bits_is_accepted() -> None:
+    stored = "reached 238.39196775204005 of 241.5"
+    assert harmonize_text(stored, "reached 238.3919677520401 of 241.5") == stored
+
+
+def test_a_rounding_flip_of_one_printed_digit_is_accepted_and_two_are_not() -> None:
+    assert harmonize_text("rate 0.1303", "rate 0.1302") == "rate 0.1303"
+    assert harmonize_text("rate 0.1303", "rate 0.1301") == "rate 0.1301"
+
+
+def test_a_real_change_is_caught_and_only_it_is_left_different() -> None:
+    stored = "[12.16, 67.37, 17.62]"
+    assert harmonize_text(stored, "[12.16, 15.91, 17.62]") == "[12.16, 15.91, 17.62]"
+    assert harmonize_text(stored, "[12.160000000001, 67.37, 17.62]") == stored
+
+
+def test_counts_must_match_exactly() -> None:
+    assert harmonize_text("5 tight clusters", "6 tight clusters") == "6 tight clusters"
+
+
+def test_text_around_the_numbers_must_match() -> None:
+    assert harmonize_text("holds: x | 1.0", "FAILS: x | 1.0000000000001") == "FAILS: x | 1.0000000000001"
+    assert harmonize_text("a 1.0 b", "a 1.0 b 2") == "a 1.0 b 2"
+
+
+def test_numbers_inside_words_are_text() -> None:
+    assert harmonize_text("log2(73) = 6.19", "log3(73) = 6.19") == "log3(73) = 6.19"
+    assert harmonize_text("x1 = 2.5", "x2 = 2.5") == "x2 = 2.5"
+    assert harmonize_text("range 0.6-1", "range 0.6-1.0000000000001") == "range 0.6-1"
+
+
+def test_non_finite_values_are_text() -> None:
+    assert harmonize_text("nan 1.0", "nan 1.0") == "nan 1.0"
+    assert harmonize_text("x 1e400", "x 1e401") == "x 1e401"
+
+
+def test_a_cell_tag_loosens_the_tolerance() -> None:
+    rtol, atol = tolerances(["nbval-check-output", "nbval-rtol=1e-2"])
+    assert (rtol, atol) == (1e-2, 0.0)
+    assert harmonize_text("0.1303", "0.1301", rtol, atol) == "0.1303"
+    assert tolerances(["nbval-atol=0.5"]) == (1e-9, 0.5)
+
+
+@pytest.mark.parametrize("tag", ["nbval-rtol=abc", "nbval-atol=-1", "nbval-rtol=inf"])
+def test_a_bad_tolerance_tag_is_an_error(tag: str) -> None:
+    with pytest.raises(ValueError, match="tolerance"):
+        tolerances([tag])
+
+
+def test_outputs_are_paired_by_stream_and_mimetype_and_not_changed_in_place() -> None:
+    stored = [{"output_type": "stream", "name": "stdout", "text": "x = 0.5\n"},
+              {"output_type": "display_data", "data": {"text/plain": "'1.25'", "image/png": "AAAA"}}]
+    new = [{"output_type": "display_data", "data": {"text/plain": "'1.2500000000001'", "image/png": "BBBB"}},
+           {"output_type": "stream", "name": "stdout", "text": "x = 0.50000000000001\n"}]
+    out = harmonize_outputs(new, stored)
+    assert out[0]["data"] == {"text/plain": "'1.25'", "image/png": "BBBB"}
+    assert out[1]["text"] == "x = 0.5\n"
+    assert new[1]["text"] == "x = 0.50000000000001\n"
+
+
+def _notebook(path: Path, source: str, stored: str, tags: list[str]) -> None:
+    cell = {"cell_type": "code", "execution_count": 1, "id": "c1", "metadata": {"tags": tags}, "source": source,
+            "outputs": [{"output_type": "stream", "name": "stdout", "text": stored}]}
+    nb = {"cells": [cell], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                       "language": "python"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+
+
+def test_nbval_runs_through_the_plugin(tmp_path: Path) -> None:
+    """End to end: a tolerated difference passes under nbval, a real one fails, in one kernel run each."""
+    code = "print(0.1 + 0.2, 10 / 3)"
+    _notebook(tmp_path / "good.ipynb", code, "0.3 3.333333333333333\n", ["nbval-check-output"])
+    _notebook(tmp_path / "bad.ipynb", code, "0.5 3.333333333333333\n", ["nbval-check-output"])
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--nbval-lax", "--nbval-current-env",
+           "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+    good = subprocess.run([*run, str(tmp_path / "good.ipynb")], capture_output=True, text=True, cwd=tmp_path)
+    bad = subprocess.run([*run, str(tmp_path / "bad.ipynb")], capture_output=True, text=True, cwd=tmp_path)
+    assert good.returncode == 0, good.stdout[-2000:]
+    assert bad.returncode == 1, bad.stdout[-2000:]
+    assert "0.5" in bad.stdout
