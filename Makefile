@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/data/README.md),)
 export LIPNB_DATA_DIR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: install test unit notebooks lint book browser sync bench clean
+.PHONY: install test test-portable unit notebooks lint book browser sync bench clean
 
 install: $(STAMP)
 
@@ -34,6 +34,13 @@ lint: $(STAMP)
 # tests/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
 test: $(STAMP) lint browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env
+
+# The same unit tests and chapters on the portable CPU kernels (no AVX), from an empty results cache:
+# what a reader's machine of another CPU sees. Stored outputs are compared as numbers (nbval_numeric.py).
+test-portable: $(STAMP)
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
+	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
+	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py
 
 # Renders the outputs stored in each chapter's .ipynb (nothing is executed): about a minute.
 book: $(STAMP)

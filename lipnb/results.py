@@ -2,9 +2,14 @@
 
 A sweep returns a :class:`ResultTable`: one row per measurement, columns of numbers or labels, and a
 ``provenance`` record (the sweep, its parameters, the profile, lipnb's version and a hash of its source,
-torch's version). Tables are cached as CSV (full float64 precision) beside a JSON provenance file, in
-:func:`cache_dir`; an entry is found only under the same sweep, parameters, profile and source hash, so a
-stale result is never used.
+torch's version). Tables are cached as CSV (full float64 precision) beside a JSON file holding the
+provenance, the row count and the SHA-256 of the CSV bytes, in :func:`cache_dir`; an entry is found only
+under the same sweep, parameters, profile and source hash, so a stale result is never used.
+
+Both files are written to unique temporary names and renamed into place, so concurrent writers of one
+key (``pytest -n 2`` on a cold cache) never see each other's half-written files. A read verifies the
+provenance, the row count and the checksum; an entry that fails (truncated, garbage, a row missing, a
+half-written JSON) is recomputed with a warning, never returned.
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,30 +115,66 @@ class ResultTable:
         return torch.tensor(table.to_numpy(dtype="float64"))
 
     def to_csv(self, path: Path) -> None:
-        """Write the rows to ``path`` (full float64 precision) and the provenance to ``path`` + ``.json``."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        self.frame.to_csv(tmp, index=False, float_format="%.17g")
-        tmp.replace(path)
-        path.with_suffix(".json").write_text(json.dumps(dict(self.provenance), indent=1, sort_keys=True, default=str))
+        """Write the rows to ``path`` (full float64 precision) and ``path`` + ``.json``: provenance, rows, checksum."""
+        data = self.frame.to_csv(index=False, float_format="%.17g").encode()
+        record = {"provenance": dict(self.provenance), "rows": len(self.frame),
+                  "sha256": hashlib.sha256(data).hexdigest()}
+        _write_atomic(path, data)
+        _write_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True, default=str).encode())
 
     @classmethod
     def read_csv(cls, path: Path) -> ResultTable:
-        """Read a table written by :meth:`to_csv`."""
-        provenance = json.loads(path.with_suffix(".json").read_text())
-        return cls(pd.read_csv(path), provenance)
+        """Read a table written by :meth:`to_csv`; ``ValueError`` naming the defect if it fails verification."""
+        try:
+            record = json.loads(path.with_suffix(".json").read_text())
+            provenance, rows, checksum = record["provenance"], record["rows"], record["sha256"]
+        except FileNotFoundError:
+            raise ValueError(f"{path.with_suffix('.json').name} is missing") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path.with_suffix('.json').name} is not a complete provenance record ({err})") from None
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != checksum:
+            raise ValueError(f"{path.name} does not match the checksum in its provenance")
+        frame = pd.read_csv(path)
+        if len(frame) != rows:
+            raise ValueError(f"{path.name} has {len(frame)} rows; its provenance says {rows}")
+        return cls(frame, provenance)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a unique temporary file beside ``path``, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:
-    """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored."""
+    """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored.
+
+    A damaged cache entry (see the module) is recomputed and overwritten, with a warning naming the defect.
+    """
     from .profiles import profile
 
     provenance = {"sweep": name, "params": dict(params), "profile": profile().name, "code": code_version(),
                   "torch": torch.__version__}
     key = json.dumps(provenance, sort_keys=True, default=str)
     path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
-    if path.exists() and path.with_suffix(".json").exists():
-        return ResultTable.read_csv(path)
+    if path.exists():
+        try:
+            table = ResultTable.read_csv(path)
+        except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+            warnings.warn(f"results cache: {path} is damaged ({err}); recomputing it", RuntimeWarning, stacklevel=2)
+        else:
+            if json.dumps(table.provenance, sort_keys=True, default=str) == key:
+                return table
+            warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it",
+                          RuntimeWarning, stacklevel=2)
     table = ResultTable.from_columns(compute(), json.loads(key))
     table.to_csv(path)
     return table

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import hashlib
 import http.server
 import json
 import os
@@ -114,7 +115,8 @@ CHECK_PAGE_JS = r"""
     }
   }
   const links = [...document.querySelectorAll('a[href]')].map((a) => a.href);
-  return JSON.stringify({problems, links});
+  const images = [...article.querySelectorAll('img')].map((img) => img.src);
+  return JSON.stringify({problems, links, images});
 })()
 """
 
@@ -230,6 +232,7 @@ class Visit:
 
     problems: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
 
 
 def _visit(cdp: CDP, url: str, origin: str) -> Visit:
@@ -239,7 +242,7 @@ def _visit(cdp: CDP, url: str, origin: str) -> Visit:
     cdp.wait_for("Page.loadEventFired", deadline)
     cdp.evaluate("window.MathJax && MathJax.startup ? MathJax.startup.promise.then(() => true) : false")
     report = json.loads(cdp.evaluate(CHECK_PAGE_JS))
-    visit = Visit(problems=report["problems"], links=report["links"])
+    visit = Visit(problems=report["problems"], links=report["links"], images=report["images"])
     for event in cdp.events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.exceptionThrown":
@@ -292,13 +295,30 @@ def _screenshot(cdp: CDP, name: str) -> None:
         (SCREENS / f"{name}-output.png").write_bytes(base64.b64decode(shot["data"]))
 
 
+def _repeated_figures(images: list[str], origin: str, site: Path) -> list[str]:
+    """A figure drawn twice on one page (a cell's own output and its glued copy): same bytes, two images."""
+    seen: dict[str, str] = {}
+    repeated = []
+    for src in images:
+        if not src.startswith(origin + "/"):
+            continue
+        path = site / unquote(urlsplit(src).path).lstrip("/")
+        if not path.is_file():
+            continue  # reported as an image that did not load
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        if digest in seen:
+            repeated.append(f"figure repeated on the page: {urlsplit(src).path} (also {seen[digest]})")
+        seen.setdefault(digest, urlsplit(src).path)
+    return repeated
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> None:
     """The page loads offline with no error, every formula typeset, every image, link and table whole."""
     visit = _visit(browser, f"{server}/{page}.html", server)
     if page in SCREENSHOTS:
         _screenshot(browser, SCREENSHOTS[page])
-    problems = visit.problems + _broken_links(visit.links, server, site)
+    problems = visit.problems + _broken_links(visit.links, server, site) + _repeated_figures(visit.images, server, site)
     assert not problems, f"{page}.html: {len(problems)} problem(s):\n  " + "\n  ".join(problems)
 
 

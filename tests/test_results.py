@@ -68,3 +68,97 @@ def test_cache_dir_is_never_inside_the_package(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.delenv(results.CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert results.cache_dir() == tmp_path / "lipnb" / "results"
+
+
+def _big_columns(rows: int = 20_000) -> dict:
+    x = torch.linspace(0, 1, rows, dtype=torch.float64)
+    return {"i": torch.arange(rows), "x": x.sin() / 3, "label": ["a", "b"] * (rows // 2)}
+
+
+@pytest.fixture
+def big_entry(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """A 20,000-row table in an empty cache; returns (path of its CSV, the computed table, a compute counter)."""
+    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    calls = []
+
+    def compute() -> dict:
+        calls.append(1)
+        return _big_columns()
+
+    table = cached_table("big", {"rows": 20_000}, compute)
+    (path,) = tmp_path.glob("big-*.csv")
+    return path, table, compute, calls
+
+
+def _truncate(path) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 3])
+
+
+def _garbage(path) -> None:
+    path.write_bytes(b"\x00\x01 not a table,\n")
+
+
+def _drop_a_row(path) -> None:
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:100] + lines[101:]))
+
+
+def _half_json(path) -> None:
+    meta = path.with_suffix(".json")
+    meta.write_text(meta.read_text()[:40])
+
+
+def _no_json(path) -> None:
+    path.with_suffix(".json").unlink()
+
+
+@pytest.mark.parametrize("damage", [_truncate, _garbage, _drop_a_row, _half_json, _no_json])
+def test_a_damaged_entry_is_recomputed_with_a_warning(big_entry, damage) -> None:
+    path, table, compute, calls = big_entry
+    damage(path)
+    with pytest.warns(RuntimeWarning, match="damaged"):
+        again = cached_table("big", {"rows": 20_000}, compute)
+    assert len(calls) == 2 and len(again) == 20_000
+    assert again["x"].equal(table["x"]) and again.frame.label.tolist() == table.frame.label.tolist()
+    assert cached_table("big", {"rows": 20_000}, compute)["x"].equal(table["x"]) and len(calls) == 2
+
+
+def test_read_csv_names_the_defect(big_entry) -> None:
+    path, *_ = big_entry
+    _drop_a_row(path)
+    with pytest.raises(ValueError, match="checksum"):
+        ResultTable.read_csv(path)
+
+
+_WORKER = """
+import hashlib, sys
+import torch
+from lipnb.results import cached_table
+rows = 20_000
+x = torch.linspace(0, 1, rows, dtype=torch.float64)
+columns = {"i": torch.arange(rows), "x": x.sin() / 3, "label": ["a", "b"] * (rows // 2)}
+table = cached_table("shared", {"rows": rows}, lambda: columns)
+print(hashlib.sha256(table.frame.to_csv(index=False, float_format="%.17g").encode()).hexdigest())
+"""
+
+
+def test_concurrent_writers_of_one_key_all_get_the_table(tmp_path) -> None:
+    """What ``pytest -n 2`` does when chapters share a sweep on a cold cache: no crash, every table right."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
+    expected = ResultTable.from_columns(_big_columns(), {}).frame.to_csv(index=False, float_format="%.17g")
+    expected = hashlib.sha256(expected.encode()).hexdigest()
+    for attempt in range(3):
+        cache = tmp_path / f"run{attempt}"
+        env = {**os.environ, results.CACHE_ENV: str(cache), "OMP_NUM_THREADS": "1"}
+        workers = [subprocess.Popen([sys.executable, "-c", _WORKER], env=env, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        outputs = [w.communicate(timeout=120) for w in workers]
+        assert [w.returncode for w in workers] == [0] * 4, [err[-500:] for _, err in outputs]
+        assert [out.strip() for out, _ in outputs] == [expected] * 4
+        assert len(ResultTable.read_csv(next(cache.glob("shared-*.csv")))) == 20_000
+        assert not list(cache.glob(".*tmp"))
