@@ -15,6 +15,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 import importlib
+from pathlib import Path
 from types import ModuleType
 
 from . import bounds, inputs
@@ -48,11 +49,15 @@ __all__ = [
     "weighted_operator_norm",
 ]
 
-_LAZY = {"data", "flow", "heads", "jacobian", "measures", "models", "normalization", "profiles", "published",
-         "real_data", "report", "results", "stats", "sweeps"}
+# Every module of the package, found on disk so that none is left out: imported on first attribute access.
+_LAZY = frozenset(p.stem for p in Path(__file__).parent.glob("*.py") if not p.stem.startswith("_"))
 
 
 def __getattr__(name: str) -> ModuleType:
     if name in _LAZY:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'lipnb' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

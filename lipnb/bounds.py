@@ -22,19 +22,28 @@ from .inputs import real_eigenpairs
 
 __all__ = [
     "argmax_counts",
+    "flow_gronwall_log",
+    "flow_radius_bound",
     "gamma",
     "lemma_3_8",
     "lemma_c_7",
+    "lemma_c_7_sharpened",
+    "log_theorem_3_5",
+    "log_theorem_3_5_sharpened",
+    "masked_mean_field_bound",
     "multihead_bound",
     "multihead_data_bound",
     "proposition_3_4",
     "proposition_3_6",
     "theorem_3_3",
     "theorem_3_5",
+    "theorem_3_5_sharpened",
     "theorem_3_7_limit",
     "theorem_c_3",
     "theorem_c_3_terms",
     "theorem_e_3",
+    "theorem_e_3_sharpened",
+    "two_dirac_constant",
 ]
 
 

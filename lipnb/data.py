@@ -49,6 +49,7 @@ __all__ = [
     "data_dir",
     "data_path",
     "fetch",
+    "main",
     "offline_by_env",
     "reachable",
     "token_sequences",

@@ -15,6 +15,7 @@ from torch import Tensor
 
 __all__ = [
     "KrylovOutcome",
+    "Linearized",
     "NormalOperator",
     "batched_dot",
     "fill_holes",

@@ -19,7 +19,15 @@ from torch import Tensor
 from .attention import check_tokens
 from .lipschitz import Linearization
 
-__all__ = ["L2AttentionMap", "L2Heads", "l2_attention", "l2_scores", "random_l2_heads", "untied_blowup_input"]
+__all__ = [
+    "L2AttentionMap",
+    "L2Heads",
+    "L2Linearization",
+    "l2_attention",
+    "l2_scores",
+    "random_l2_heads",
+    "untied_blowup_input",
+]
 
 
 @dataclass(frozen=True)
