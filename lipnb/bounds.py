@@ -57,6 +57,19 @@ def _norm2(M: Tensor) -> Tensor:
     return torch.linalg.matrix_norm(M.double(), ord=2)
 
 
+def _score_bias_norm(score_bias: Tensor | None, d: int) -> Tensor | float:
+    """``|c|`` for a score bias ``c`` of shape ``(d,)`` (0 without one), checked finite and of the right shape."""
+    if score_bias is None:
+        return 0.0
+    if not isinstance(score_bias, Tensor) or not score_bias.is_floating_point():
+        raise TypeError(f"score_bias must be a floating-point tensor; got {type(score_bias).__name__}")
+    if tuple(score_bias.shape) != (d,):
+        raise ValueError(f"score_bias must have shape ({d},); got {tuple(score_bias.shape)}")
+    if not bool(torch.isfinite(score_bias).all()):
+        raise ValueError("score_bias contains NaN or inf")
+    return score_bias.double().norm()
+
+
 def _check_head(A: Tensor, V: Tensor) -> None:
     """Raise ``ValueError`` unless ``A`` is square ``(d, d)`` and ``V`` is ``(d_v, d)``."""
     for name, M in (("A", A), ("V", V)):
@@ -86,7 +99,7 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
     R, n = as_radius(R), as_count(n)
-    c = 0.0 if score_bias is None else score_bias.double().norm()
+    c = _score_bias_norm(score_bias, A.shape[0])
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
 
 
@@ -158,7 +171,16 @@ def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -
 
 def lemma_3_8(W: Tensor, head_constants: Tensor) -> Tensor:
     """Lemma 3.8: ``Lip(f^MH) <= Σ_h ||W_h||₂ Lip(f_h)`` for ``W`` ``(H, d_out, k)``, constants ``(H, ...)``."""
+    if isinstance(W, Tensor) and W.dim() != 3:
+        raise ValueError(f"W must stack the heads' output maps, shape (H, d_out, k); got {tuple(W.shape)}")
     w = _norm2(W)
+    if not isinstance(head_constants, Tensor) or not head_constants.is_floating_point():
+        raise TypeError(f"head_constants must be a floating-point tensor; got {type(head_constants).__name__}")
+    if head_constants.dim() == 0 or head_constants.shape[0] != len(w):
+        raise ValueError(f"head_constants must have one row per head, shape ({len(w)}, ...); "
+                         f"got {tuple(head_constants.shape)}")
+    if not bool(torch.isfinite(head_constants).all()) or bool((head_constants < 0).any()):
+        raise ValueError("head_constants must be finite Lipschitz constants >= 0")
     return torch.einsum("h,h...->...", w, head_constants.double())
 
 
@@ -297,7 +319,7 @@ def theorem_e_3_sharpened(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tens
     _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
     R, n = as_radius(R), as_count(n)
-    c = 0.0 if score_bias is None else score_bias.double().norm()
+    c = _score_bias_norm(score_bias, A.shape[0])
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + n * R**2 * (a * R + c) ** 2 + n)
 
 

@@ -36,6 +36,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .checks import check_positive_int
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -258,9 +260,10 @@ def token_sequences(
     ``{n: LongTensor (per_length, n)}``; ``ValueError`` says how many tokens were needed and
     available when the text runs out.
     """
-    lengths = tuple(lengths)
-    if per_length < 1 or not lengths or any(n < 1 for n in lengths):
-        raise ValueError(f"need per_length >= 1 and lengths >= 1; got {per_length}, {lengths}")
+    per_length = check_positive_int(per_length, "per_length")
+    lengths = tuple(check_positive_int(n, "each length") for n in lengths)
+    if not lengths:
+        raise ValueError("lengths must name at least one sequence length")
     if len(set(lengths)) != len(lengths):
         raise ValueError(f"lengths must be distinct; got {lengths}")
     ids = _tokenize(text, tokenizer)

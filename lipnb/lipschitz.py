@@ -11,6 +11,7 @@ this against the paper's method.
 
 from __future__ import annotations
 
+import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import check_tokens, log_weights
+from .checks import check_positive_int
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, power_iteration
 
 __all__ = [
@@ -140,6 +142,30 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+CERTIFIED = (torch.float32, torch.float64)
+
+
+def _check_batch_independence(fn: Map, X: Tensor) -> None:
+    """``ValueError`` if ``fn`` mixes batch elements: moving input 0 must leave every other output unchanged.
+
+    One extra forward pass of the batch; run for maps differentiated by autograd (a closed form acts on
+    each input alone by construction). The move is 1 % of the input's size, so any coupling above the
+    rounding level of the outputs shows.
+    """
+    if len(X) < 2:
+        return
+    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
+        Y = fn(X)
+        _check_output(Y, X)
+        moved = X.clone()
+        moved[0] += 0.01 * X[0].abs().max().clamp_min(1.0) * torch.randn(
+            X[0].shape, generator=torch.Generator(device=X.device).manual_seed(1), device=X.device, dtype=X.dtype)
+        Z = fn(moved)
+    scale = Y[1:].abs().max().clamp_min(torch.finfo(Y.dtype).tiny)
+    change = (Z[1:] - Y[1:]).abs().max() / scale
+    if bool(change > 1e3 * torch.finfo(Y.dtype).eps):
+        raise ValueError(f"fn mixes the inputs of a batch: moving input 0 changed the other outputs by "
+                         f"{float(change):.1e} (relative); local_lipschitz needs a map that acts on each input alone")
 
 
 def _shrink_ratio(lin: object) -> float:
@@ -264,17 +290,27 @@ def local_lipschitz(
     on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
     or AMX), and no presolve otherwise.
     """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
     check_tokens(X)
     if method not in ("lanczos", "power"):
         raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
-    if not tol > 0 or max_iter < 1:
-        raise ValueError(f"need tol > 0 and max_iter >= 1; got tol={tol}, max_iter={max_iter}")
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol < 1:
+        raise ValueError(f"tol is a relative residual and must lie in (0, 1); got {tol!r}")
+    max_iter = check_positive_int(max_iter, "max_iter")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int; got {type(seed).__name__}")
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or dtype not in CERTIFIED:
+            raise TypeError(f"dtype must be torch.float32 or torch.float64 (the dtypes whose residual test "
+                            f"certifies convergence); got {dtype!r}")
+        X = X.to(dtype)
     if not (presolve is None or presolve == "auto"
             or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
         raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
-    if dtype is not None:
-        X = X.to(dtype)
     X = X.detach()
+    if not isinstance(fn, Linearizable):
+        _check_batch_independence(fn, X)
     generator = torch.Generator(device=X.device).manual_seed(seed)
     u0 = normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
     solver = lanczos if method == "lanczos" else power_iteration
@@ -286,6 +322,10 @@ def local_lipschitz(
         stop = min(start + chunk, len(X))
         try:
             lin = linearize(fn, X[start:stop])
+            if lin.output.dtype not in CERTIFIED:
+                raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
+                                "residual test to certify convergence; run it in float32 or float64 (a "
+                                "low-precision first run is what presolve is for)")
             u, low = u0[start:stop], _presolve_dtype(presolve, lin, method)
             if low is not None:
                 low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))

@@ -36,6 +36,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from .attention import MultiHead, check_tokens
+from .checks import check_positive_int
 from .data import reachable, user_cache_dir
 from .jacobian import MultiHeadMap, concat_heads
 from .lipschitz import Linearization
@@ -153,7 +154,16 @@ def load(name: str, device: torch.device | str | None = None) -> tuple[PreTraine
     hf_logging.disable_progress_bar()
     model, tokenizer = _LOADERS[name]()
     model.eval().requires_grad_(False)
-    return model.to(default_device() if device is None else torch.device(device)), tokenizer
+    return model.to(_available(default_device() if device is None else torch.device(device))), tokenizer
+
+
+def _available(device: torch.device) -> torch.device:
+    """``device``, or ``ValueError`` naming it when this machine has no such device."""
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} requested, but this machine has no CUDA GPU; use device='cpu' or None")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {device} requested, but MPS is not available here; use device='cpu' or None")
+    return device
 
 
 def family(model: nn.Module) -> str:
@@ -179,7 +189,8 @@ def num_layers(model: nn.Module) -> int:
 def layer_module(model: nn.Module, layer: int) -> nn.Module:
     """The ``layer``-th transformer layer (``BertLayer`` or ``GPT2Block``), range-checked."""
     layers = model.encoder.layer if family(model) == "bert" else model.h
-    if not 0 <= layer < len(layers):
+    layer = check_positive_int(layer, "layer", minimum=0)
+    if not layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
     return layers[layer]
 

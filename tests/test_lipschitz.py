@@ -592,8 +592,8 @@ def _sa(Z: Tensor) -> Tensor:
         (lambda X: local_lipschitz(lambda Z: _sa(Z).flatten(1), X), "fn must map"),
         (lambda X: local_lipschitz(lambda Z: _sa(Z)[:1], X), "fn must map"),
         (lambda X: local_lipschitz(lambda Z: (_sa(Z),), X), "fn must map"),
-        (lambda X: local_lipschitz(_sa, X, tol=0.0), "tol > 0"),
-        (lambda X: local_lipschitz(_sa, X, max_iter=0), "max_iter >= 1"),
+        (lambda X: local_lipschitz(_sa, X, tol=0.0), "must lie in \\(0, 1\\)"),
+        (lambda X: local_lipschitz(_sa, X, max_iter=0), "max_iter must be >= 1"),
         (lambda X: exact_local_lipschitz(_sa, X * float("inf")), "NaN or inf"),
         (lambda X: jacobian_matrix(_sa, X[0]), "shape \\(batch, n, d\\)"),
         (lambda X: weighted_operator_norm(_sa, X, -torch.ones(3)), "positive"),
@@ -623,3 +623,20 @@ def test_bug_weighted_norm_and_dense_jacobian_validation(call: Callable[[Tensor]
     X = torch.randn(2, 3, 2, dtype=F64)
     with pytest.raises(ValueError, match=message):
         call(X)
+
+
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(1, 6), d=st.integers(1, 4), scale=st.floats(0.1, 3.0),
+       method=st.sampled_from(["lanczos", "power"]))
+def test_every_converged_estimate_is_the_dense_constant(seed: int, n: int, d: int, scale: float, method: str) -> None:
+    """For any small attention problem: an input flagged converged carries the dense float64 constant to
+    the accuracy its residual promises (relative error of θ about tol, of the norm about tol / 2), and
+    never exceeds it beyond rounding (θ is a Rayleigh quotient)."""
+    gen = torch.Generator().manual_seed(seed)
+    X = scale * randn(gen, 2, n, d)
+    A, V = randn(gen, d, d), randn(gen, d, d)
+    f = functools.partial(self_attention, A=A, V=V)
+    result = local_lipschitz(f, X, method=method, tol=1e-10, max_iter=500, detailed=True)
+    exact = exact_local_lipschitz(f, X)
+    assert bool((result.value <= exact * (1 + 1e-10)).all())
+    ok = result.converged
+    torch.testing.assert_close(result.value[ok], exact[ok], rtol=1e-6, atol=1e-12)
