@@ -17,12 +17,22 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from .checks import check_positive_int
 from .data import alice_text
 from .l2_bounds import phi_inverse
 from .profiles import default_device, profile
 from .results import ResultTable, cached_table, progress
 
-__all__ = ["Attention", "CharLM", "CharLMConfig", "char_corpus", "char_lm_configs", "char_lm_sweep", "train_char_lm"]
+__all__ = [
+    "Attention",
+    "CharLM",
+    "CharLMConfig",
+    "char_corpus",
+    "char_lm_configs",
+    "char_lm_sweep",
+    "ngram_bits_per_char",
+    "train_char_lm",
+]
 
 Kind = Literal["dot", "l2", "l2-contractive"]
 
@@ -116,6 +126,21 @@ def char_corpus(text: str, *, valid_fraction: float = 0.1) -> tuple[Tensor, Tens
     ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
     cut = int(len(ids) * (1 - valid_fraction))
     return ids[:cut], ids[cut:], alphabet
+
+
+def ngram_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int) -> float:
+    """The count-based baseline: validation bits/char of an ``order``-gram model (``order - 1`` characters of
+    context; 1 is the unigram) fitted on ``train`` with add-one smoothing."""
+    order = check_positive_int(order, "order")
+    vocab = check_positive_int(vocab, "vocab")
+    if len(train) < order or len(valid) < order:
+        raise ValueError(f"train and valid need at least order = {order} characters")
+    counts = torch.ones((vocab,) * order, dtype=torch.float64)
+    counts.index_put_(tuple(train[i:len(train) - order + 1 + i] for i in range(order)),
+                      torch.ones(len(train) - order + 1, dtype=torch.float64), accumulate=True)
+    probs = counts / counts.sum(-1, keepdim=True)
+    windows = tuple(valid[i:len(valid) - order + 1 + i] for i in range(order))
+    return float(-probs[windows].log2().mean())
 
 
 def _batch(ids: Tensor, config: CharLMConfig, g: torch.Generator) -> tuple[Tensor, Tensor]:

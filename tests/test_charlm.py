@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lipnb.charlm import Attention, CharLMConfig, char_corpus, train_char_lm
+from lipnb.charlm import Attention, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
 from lipnb.l2_attention import L2AttentionMap, L2Heads
 from lipnb.l2_bounds import theorem_3_2_two
 
@@ -43,3 +43,16 @@ def test_bad_arguments() -> None:
         Attention(8, 2, "cosine")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="valid_fraction"):
         char_corpus("abc", valid_fraction=1.5)
+
+
+def test_ngram_baselines_match_hand_counts() -> None:
+    """Add-one smoothing by hand: a text that repeats "abc" is certain after one character of context."""
+    ids = torch.tensor([0, 1, 2] * 50)
+    uni = ngram_bits_per_char(ids, ids, 3, 1)
+    assert math.isclose(uni, math.log2(3), rel_tol=1e-12)                  # equal counts: uniform
+    bi = ngram_bits_per_char(ids, ids, 3, 2)
+    # a->b and b->c seen 50 times, c->a 49 times; add-one rows: 51/53, 51/53, 50/52.
+    expected = -(100 * math.log2(51 / 53) + 49 * math.log2(50 / 52)) / 149
+    assert math.isclose(bi, expected, rel_tol=1e-12)
+    with pytest.raises(ValueError, match="order"):
+        ngram_bits_per_char(ids[:1], ids, 3, 2)
