@@ -6,6 +6,8 @@
   same comparison, so they cannot disagree. Each check prints one ledger line
   ``holds: <claim> | <value> <op> <threshold> | margin <m>`` and raises ``AssertionError`` when it fails;
   :func:`read_ledger` collects those lines from the stored outputs of every chapter;
+* :func:`markdown_table` shows a table as MyST Markdown, so the book renders it as an HTML table whose
+  cells may hold links and math, instead of fixed-width text wider than the page;
 * :func:`figure` opens a figure whose title is the question it answers; :func:`show` glues it under a name
   that a ``{glue:figure}`` directive captions and labels, so the prose cites it with ``{numref}``.
 
@@ -27,7 +29,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["Check", "LedgerEntry", "check", "figure", "read_ledger", "show", "state"]
+__all__ = ["Check", "LedgerEntry", "check", "figure", "markdown_table", "read_ledger", "show", "state"]
 
 Number = float | int | np.ndarray
 
@@ -188,3 +190,31 @@ def show(name: str, fig: Figure) -> Figure:
     _glue(name, fig)
     plt.close(fig)
     return fig
+
+
+def markdown_table(rows: list[dict[str, object]], formats: dict[str, str] | None = None) -> object:
+    """``rows`` (one dict per row, same keys) as a MyST Markdown table for ``display``; ``formats`` per column.
+
+    Cells are text as given (so they may hold ``{ref}`` links or ``$math$``); numbers are formatted with
+    the column's format (default ``.3g``). A ``|`` inside a cell is escaped.
+    """
+    from IPython.display import Markdown
+
+    if not rows:
+        raise ValueError("markdown_table: no rows")
+    columns = list(rows[0])
+    if any(list(row) != columns for row in rows):
+        raise ValueError("markdown_table: every row must have the same columns, in the same order")
+    formats = formats or {}
+
+    def cell(column: str, value: object) -> str:
+        if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer))
+                                                      and column in formats):
+            text = format(value, formats.get(column, ".3g"))
+        else:
+            text = str(value)
+        return text.replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(cell(c, row[c]) for c in columns) + " |" for row in rows]
+    return Markdown("\n".join(lines))

@@ -76,3 +76,12 @@ def test_figure_has_the_question_as_title() -> None:
     fig, axes = report.figure("Does it grow?", ncols=2)
     assert fig._suptitle.get_text() == "Does it grow?" and len(axes) == 2
     assert report.show("fig-demo", fig) is fig
+
+
+def test_markdown_table_formats_numbers_and_escapes_pipes() -> None:
+    table = report.markdown_table([{"claim": "a | b", "alpha": 0.123456, "n": 3},
+                                   {"claim": "{ref}`ch-x`", "alpha": 2.0, "n": 12}], {"n": "d"})
+    assert table.data.splitlines() == ["| claim | alpha | n |", "|---|---|---|", "| a \\| b | 0.123 | 3 |",
+                                       "| {ref}`ch-x` | 2 | 12 |"]
+    with pytest.raises(ValueError, match="same columns"):
+        report.markdown_table([{"a": 1}, {"b": 2}])
