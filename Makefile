@@ -42,7 +42,7 @@ test-portable: $(STAMP)
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py
 
-# Renders the outputs stored in each chapter's .ipynb (nothing is executed): about a minute.
+# Renders the outputs stored in each chapter's .ipynb (nothing is executed).
 book: $(STAMP)
 	$(VENV)/bin/jupyter-book build . --warningiserror --keep-going --path-output .
 	@echo "Open $(CURDIR)/_build/html/index.html"
@@ -55,7 +55,8 @@ browser:
 	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the browser test will be skipped"
 
-# Re-execute every chapter and store its outputs in the paired .ipynb (after editing a .md).
+# Re-execute every chapter and store its outputs in the paired .ipynb; one chapter:
+# .venv/bin/python -m jupytext --sync --execute book/NN_name.md
 notebooks: $(STAMP)
 	for f in book/[0-9]*.md; do $(PY) -m jupytext --sync --execute "$$f" || exit 1; done
 
