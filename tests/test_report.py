@@ -32,7 +32,7 @@ def test_verdict_and_margin_agree_on_arrays() -> None:
 
 
 def test_close_uses_the_stated_tolerance() -> None:
-    assert check.close("equal to 1e-9", 1.0 + 1e-12, 1.0, rtol=1e-9) == pytest.approx(0.999, abs=1e-3)
+    assert check.close("equal to 1e-9", 1.0 + 5e-10, 1.0, rtol=1e-9) == pytest.approx(0.5, abs=1e-3)
     with pytest.raises(AssertionError):
         check.close("equal to 1e-9", 1.0 + 1e-6, 1.0, rtol=1e-9)
     with pytest.raises(ValueError, match="rtol"):
@@ -85,3 +85,15 @@ def test_markdown_table_formats_numbers_and_escapes_pipes() -> None:
                                        "| {ref}`ch-x` | 2 | 12 |"]
     with pytest.raises(ValueError, match="same columns"):
         report.markdown_table([{"a": 1}, {"b": 2}])
+
+
+def test_a_check_far_inside_prints_no_rounding_noise(capsys: pytest.CaptureFixture[str]) -> None:
+    """Errors of 1e-16 and 1.6e-16 against 1e-12 print the same line: the digits of noise are not shown."""
+    lines = []
+    for noise in (1.36e-16, 1.639e-16):
+        assert check.below("error at rounding level", noise, 1e-12) == 0.99
+        assert check.close("identity", [1.0 + noise, 2.0], [1.0, 2.0 + noise], rtol=1e-12) == 0.99
+        lines.append(capsys.readouterr().out)
+    assert lines[0] == lines[1] and "1.36" not in lines[0]
+    assert check.below("not far inside", 0.5, 1.0) == pytest.approx(0.5)
+    assert "0.5 ≤ 1" in capsys.readouterr().out
