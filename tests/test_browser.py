@@ -6,7 +6,8 @@ error, a request that leaves localhost, a resource that does not load, a formula
 typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
 type ("Proposition" with no number or name), a Markdown table left as text, or a wide formula, output
 or table cut at the column edge instead of scrolling (at 1280 px). Screenshots of the
-landing page and chapters 4, 13, 17 and 18 (the book's numbers) are written to ``_build/screens``.
+landing page, chapter 4, results at a glance, the two papers' rates and the performance chapter are
+written to ``_build/screens``.
 
 Chromium comes from Debian's ``chromium`` package (``make browser`` installs it); set ``CHROMIUM`` to
 use another binary. Without one the tests are skipped with that message.
@@ -42,8 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 SCREENS = ROOT / "_build" / "screens"
 SOURCES = ["book", "_config.yml", "_toc.yml", "_ext", "_static"]
-SCREENSHOTS = {"book/intro": "landing", "book/04_tightness": "chapter04", "book/29_results_at_a_glance": "chapter13",
-               "book/34_two_papers": "chapter17", "book/10_performance": "chapter18"}
+SCREENSHOTS = {"book/intro": "landing", "book/04_tightness": "chapter04", "book/29_results_at_a_glance": "glance",
+               "book/34_two_papers": "two-papers", "book/10_performance": "performance"}
 PAGE_TIMEOUT_S = 60.0
 
 
