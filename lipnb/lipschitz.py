@@ -295,8 +295,9 @@ def local_lipschitz(
     check_tokens(X)
     if method not in ("lanczos", "power"):
         raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol < 1:
-        raise ValueError(f"tol is a relative residual and must lie in (0, 1); got {tol!r}")
+    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol <= 1:
+        raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
+                         f"got {tol!r}")
     max_iter = check_positive_int(max_iter, "max_iter")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int; got {type(seed).__name__}")

@@ -210,7 +210,7 @@ def markdown_table(rows: list[dict[str, object]], formats: dict[str, str] | None
     """``rows`` (one dict per row, same keys) as a MyST Markdown table for ``display``; ``formats`` per column.
 
     Cells are text as given (so they may hold ``{ref}`` links or ``$math$``); numbers are formatted with
-    the column's format (default ``.3g``). A ``|`` inside a cell is escaped.
+    the column's format (default ``.3g``). A ``|`` inside a cell is escaped, and LaTeX's ``\\|`` written ``\\Vert``.
     """
     from IPython.display import Markdown
 
@@ -227,7 +227,8 @@ def markdown_table(rows: list[dict[str, object]], formats: dict[str, str] | None
             text = format(value, formats.get(column, ".3g"))
         else:
             text = str(value)
-        return text.replace("|", "\\|").replace("\n", " ")
+        # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.
+        return text.replace("\\|", "\\Vert ").replace("|", "\\|").replace("\n", " ")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
     lines += ["| " + " | ".join(cell(c, row[c]) for c in columns) + " |" for row in rows]

@@ -592,7 +592,7 @@ def _sa(Z: Tensor) -> Tensor:
         (lambda X: local_lipschitz(lambda Z: _sa(Z).flatten(1), X), "fn must map"),
         (lambda X: local_lipschitz(lambda Z: _sa(Z)[:1], X), "fn must map"),
         (lambda X: local_lipschitz(lambda Z: (_sa(Z),), X), "fn must map"),
-        (lambda X: local_lipschitz(_sa, X, tol=0.0), "must lie in \\(0, 1\\)"),
+        (lambda X: local_lipschitz(_sa, X, tol=0.0), "must lie in \\(0, 1\\]"),
         (lambda X: local_lipschitz(_sa, X, max_iter=0), "max_iter must be >= 1"),
         (lambda X: exact_local_lipschitz(_sa, X * float("inf")), "NaN or inf"),
         (lambda X: jacobian_matrix(_sa, X[0]), "shape \\(batch, n, d\\)"),

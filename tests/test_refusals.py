@@ -28,7 +28,7 @@ def problem(seed: int = 0) -> tuple[torch.Tensor, object]:
     ({"seed": 1.5}, TypeError, "seed"),
     ({"tol": math.inf}, ValueError, "tol"),
     ({"tol": 0.0}, ValueError, "tol"),
-    ({"tol": 1.0}, ValueError, "tol"),
+    ({"tol": 1.5}, ValueError, "tol"),
     ({"tol": float("nan")}, ValueError, "tol"),
     ({"dtype": torch.int64}, TypeError, "dtype"),
     ({"dtype": torch.bfloat16}, TypeError, "dtype"),

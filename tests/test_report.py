@@ -83,6 +83,8 @@ def test_markdown_table_formats_numbers_and_escapes_pipes() -> None:
                                    {"claim": "{ref}`ch-x`", "alpha": 2.0, "n": 12}], {"n": "d"})
     assert table.data.splitlines() == ["| claim | alpha | n |", "|---|---|---|", "| a \\| b | 0.123 | 3 |",
                                        "| {ref}`ch-x` | 2 | 12 |"]
+    norm = report.markdown_table([{"correction": r"exponent $\|A\|_2R^2$"}])
+    assert norm.data.splitlines()[-1] == r"| exponent $\Vert A\Vert _2R^2$ |"
     with pytest.raises(ValueError, match="same columns"):
         report.markdown_table([{"a": 1}, {"b": 2}])
 
