@@ -3,8 +3,10 @@ Jacobians, and the cluster labels of the final tokens."""
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
 import torch
 from conftest import random_attention_params
+from hypothesis import given
 
 from lipnb import jacobian_matrix, self_attention
 from lipnb.flow import attention_flow, attention_flow_rk4, cluster_labels, flow_jacobians
@@ -47,3 +49,18 @@ def test_cluster_labels() -> None:
     assert labels[0] == labels[1] and labels[2] == labels[3] and len({labels[0].item(), labels[2].item(),
                                                                        labels[4].item()}) == 3
     assert cluster_labels(Y[:1], 0.01).tolist() == [0]
+
+
+@given(seed=st.integers(0, 2**31 - 1), n=st.integers(2, 6), L=st.integers(1, 8))
+def test_the_flow_is_the_residual_stack_and_equivariant(seed: int, n: int, L: int) -> None:
+    """For any problem: each layer is X + (T/L) f(X), and permuting the tokens permutes every state."""
+    g = torch.Generator().manual_seed(seed)
+    A, V = torch.randn(2, 3, 3, generator=g, dtype=torch.float64) / 3
+    X0 = torch.randn(1, n, 3, generator=g, dtype=torch.float64)
+    states = attention_flow(X0, A, V, 1.0, L)
+    assert states.shape == (L + 1, 1, n, 3) and torch.equal(states[0], X0)
+    for k in range(L):
+        torch.testing.assert_close(states[k + 1], states[k] + self_attention(states[k], A, V) / L, rtol=1e-13,
+                                   atol=1e-13)
+    perm = torch.randperm(n, generator=g)
+    torch.testing.assert_close(attention_flow(X0[:, perm], A, V, 1.0, L), states[:, :, perm], rtol=1e-12, atol=1e-12)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hypothesis.strategies as st
+import pytest
 import torch
+from hypothesis import given
 
 from lipnb.stats import bootstrap_slope, fit_line, student_interval
 
@@ -24,3 +27,18 @@ def test_fit_line_and_student_interval() -> None:
     assert abs(fit.slope - 3) < 1e-2 and fit.low < fit.slope < fit.high
     mean, low, high = student_interval(torch.tensor([1.0, 2.0, 3.0]))
     assert mean == 2.0 and low < 2.0 < high
+
+
+@given(slope=st.floats(-3, 3), intercept=st.floats(-5, 5), noise=st.floats(1e-3, 0.5), seed=st.integers(0, 2**31 - 1))
+def test_fit_line_recovers_any_line_and_its_interval_covers_it(slope: float, intercept: float, noise: float,
+                                                               seed: int) -> None:
+    """Exact data give the slope to rounding; symmetric noise (each residual paired with its negative) keeps the
+    least-squares slope exact, and the interval around it then contains the truth and widens with the noise."""
+    x = torch.linspace(0, 5, 12, dtype=torch.float64)
+    exact = fit_line(x, slope * x + intercept)
+    assert exact.slope == pytest.approx(slope, abs=1e-9) and exact.intercept == pytest.approx(intercept, abs=1e-9)
+    e = torch.randn(6, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)) * noise
+    xs = torch.cat([x[:6], x[:6]])
+    noisy = fit_line(xs, slope * xs + intercept + torch.cat([e, -e]))
+    assert noisy.slope == pytest.approx(slope, abs=1e-9)
+    assert noisy.low <= slope <= noisy.high and noisy.high - noisy.low > 0
