@@ -130,7 +130,8 @@ def _smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
 
     with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", lambda items, **_: items):
         causal = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, attn_implementation="eager")
-    return causal.model, AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+    return causal.model, tokenizer
 
 
 def _from_hub(loader: Callable[..., _T], name: str, repo: str) -> _T:

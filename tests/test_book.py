@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -84,3 +85,11 @@ def test_nbval_markers_are_tags_not_code(chapter: Path) -> None:
     code = [c for c in jupytext.read(chapter).cells if c.cell_type == "code"]
     marked = [n for n, c in enumerate(code, 1) if "NBVAL_CHECK_OUTPUT" in c.source]
     assert not marked, f"{chapter.name}: code cells {marked} carry the comment: use `:tags: [nbval-check-output]`"
+
+
+def test_no_chapter_stores_widget_state() -> None:
+    """Widget state in a notebook makes the built page load require.js and the widget manager from a CDN,
+    which the offline book must not do (a progress bar shown while a chapter ran leaves it behind)."""
+    stored = [p.name for p in sorted((Path(__file__).resolve().parents[1] / "book").glob("*.ipynb"))
+              if "widgets" in json.loads(p.read_text())["metadata"]]
+    assert not stored, f"widget state stored in {stored}: strip metadata.widgets and find the progress bar"
