@@ -9,7 +9,10 @@
 * :func:`markdown_table` shows a table as MyST Markdown, so the book renders it as an HTML table whose
   cells may hold links and math, instead of fixed-width text wider than the page;
 * :func:`figure` opens a figure whose title is the question it answers; :func:`show` glues it under a name
-  that a ``{glue:figure}`` directive captions and labels, so the prose cites it with ``{numref}``.
+  that a ``{glue:figure}`` directive captions and labels, so the prose cites it with ``{numref}``. Before
+  gluing, :func:`show` draws the figure and refuses one with a defect a reader would see
+  (:func:`figure_defects`): tick labels that overprint each other, an axis offset text ("+2.771e1") on a
+  title, or a legend entry whose artist draws nothing inside its axes (bars a fraction of a pixel wide).
 
 The margin of a check is its slack relative to the threshold: ``(bound - value) / |bound|`` for an upper
 bound, ``1 - |value - reference| / tolerance`` for closeness. It is 0 at the edge of failing and negative
@@ -29,10 +32,18 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.axis import Axis
+from matplotlib.collections import Collection
+from matplotlib.container import Container
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
-__all__ = ["Check", "LedgerEntry", "check", "figure", "markdown_table", "read_ledger", "show", "state"]
+__all__ = ["Check", "LedgerEntry", "check", "figure", "figure_defects", "markdown_table", "read_ledger", "show",
+           "state"]
 
 Number = float | int | np.ndarray
 
@@ -200,8 +211,107 @@ def figure(title: str, *, ncols: int = 1, width: float = 6.0, height: float = 3.
     return fig, panels[0] if ncols == 1 else panels
 
 
+# Two boxes that share less than this many pixels (at the figure's dpi) in either direction do not overlap.
+_OVERLAP_PX = 0.5
+
+
+def _text_box(text: Text, renderer) -> Bbox | None:
+    """The drawn extent of ``text``, or None when it draws nothing."""
+    if not (text.get_visible() and text.get_text().strip()):
+        return None
+    return text.get_window_extent(renderer)
+
+
+def _overlap(a: Bbox, b: Bbox) -> bool:
+    return (min(a.x1, b.x1) - max(a.x0, b.x0) > _OVERLAP_PX
+            and min(a.y1, b.y1) - max(a.y0, b.y0) > _OVERLAP_PX)
+
+
+def _tick_label_boxes(axis: Axis, renderer) -> list[tuple[str, Bbox]]:
+    """Every drawn tick label of ``axis`` (major and minor, both sides) inside its axes' span, with its box."""
+    span = axis.axes.get_window_extent(renderer)
+    lo, hi = (span.x0, span.x1) if axis.axis_name == "x" else (span.y0, span.y1)
+    boxes = []
+    for label in axis.get_ticklabels(which="both"):
+        box = _text_box(label, renderer)
+        if box is None:
+            continue
+        centre = (box.x0 + box.x1) / 2 if axis.axis_name == "x" else (box.y0 + box.y1) / 2
+        if lo - 1 <= centre <= hi + 1:  # a tick outside the view limits is not drawn
+            boxes.append((label.get_text(), box))
+    return boxes
+
+
+def _drawn(artist: Artist | Container, renderer) -> bool:
+    """Whether ``artist`` puts at least a pixel of ink inside its axes (a legend handle that shows something)."""
+    if isinstance(artist, Container):  # bars of a histogram, an errorbar: drawn if any part is
+        return any(_drawn(part, renderer) for part in artist.get_children())
+    if not artist.get_visible() or artist.get_alpha() == 0:
+        return False
+    frame = artist.axes.get_window_extent(renderer) if artist.axes else artist.figure.bbox
+    if isinstance(artist, Line2D):
+        xy = artist.get_transform().transform(np.asarray(artist.get_xydata(), dtype=float))
+        xy = xy[np.isfinite(xy).all(axis=1)]
+        inside = xy[(xy[:, 0] >= frame.x0 - 1) & (xy[:, 0] <= frame.x1 + 1)
+                    & (xy[:, 1] >= frame.y0 - 1) & (xy[:, 1] <= frame.y1 + 1)]
+        if artist.get_marker() not in (None, "None", "", " ") and artist.get_markersize() > 0 and len(inside):
+            return True
+        if artist.get_linestyle() in ("None", "", " ") or artist.get_linewidth() <= 0 or not len(xy):
+            return False
+        seen = Bbox.intersection(Bbox([xy.min(axis=0), xy.max(axis=0)]), frame)
+        return seen is not None and max(seen.width, seen.height) >= 1
+    if isinstance(artist, Collection) and len(artist.get_offsets()) and len(getattr(artist, "get_sizes", list)()):
+        xy = artist.get_offset_transform().transform(np.asarray(artist.get_offsets(), dtype=float))
+        return bool(np.any((xy[:, 0] >= frame.x0) & (xy[:, 0] <= frame.x1)
+                           & (xy[:, 1] >= frame.y0) & (xy[:, 1] <= frame.y1)) and np.max(artist.get_sizes()) > 0)
+    seen = Bbox.intersection(artist.get_window_extent(renderer), frame)
+    return seen is not None and seen.width >= 1 and seen.height >= 1
+
+
+def figure_defects(fig: Figure) -> list[str]:
+    """What a reader would see wrong in ``fig`` once drawn: overprinted tick labels, an axis offset text on
+    a title, a legend entry whose artist draws nothing inside its axes. Empty when the figure is clean."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    defects = []
+    titles = [t for parent in (fig, *fig.axes) for t in parent.get_children() if isinstance(t, Text)]
+    title_boxes = [(t.get_text(), box) for t in titles if (box := _text_box(t, renderer)) is not None]
+    for k, ax in enumerate(fig.axes):
+        where = f"axes {k}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
+        for axis in (ax.xaxis, ax.yaxis):
+            boxes = _tick_label_boxes(axis, renderer)
+            for i, (text_a, box_a) in enumerate(boxes):
+                for text_b, box_b in boxes[i + 1:]:
+                    if _overlap(box_a, box_b):
+                        defects.append(f"{where}: {axis.axis_name} tick labels {text_a!r} and {text_b!r} overlap")
+            offset = _text_box(axis.get_offset_text(), renderer)
+            for text, box in title_boxes if offset is not None else []:
+                if _overlap(offset, box):
+                    defects.append(f"{where}: the {axis.axis_name} axis offset "
+                                   f"{axis.get_offset_text().get_text()!r} sits on the text {text!r}")
+    legends = [(ax.get_legend(), [ax]) for ax in fig.axes if ax.get_legend()] + [(leg, fig.axes) for leg in fig.legends]
+    for legend, owners in legends:
+        handles: dict[str, list] = {}
+        for ax in owners:
+            # hist() of several data sets labels the first bar of each; the entry stands for all its bars
+            whole = {id(part): container for container in ax.containers for part in container.get_children()}
+            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+                handles.setdefault(label, []).append(whole.get(id(handle), handle))
+        for label in (t.get_text() for t in legend.get_texts()):
+            if label in handles and not any(_drawn(h, renderer) for h in handles[label]):
+                defects.append(f"legend entry {label!r} has nothing drawn inside its axes")
+    return defects
+
+
 def show(name: str, fig: Figure) -> Figure:
-    """Glue ``fig`` under ``name`` for a captioned ``{glue:figure}`` and close it (it is drawn once, there)."""
+    """Glue ``fig`` under ``name`` for a captioned ``{glue:figure}`` and close it (it is drawn once, there).
+
+    Raises ``ValueError`` listing :func:`figure_defects` when the drawn figure has any.
+    """
+    defects = figure_defects(fig)
+    if defects:
+        plt.close(fig)
+        raise ValueError(f"figure {name!r} has defects a reader would see:\n  " + "\n  ".join(defects))
     _glue(name, fig)
     plt.close(fig)
     return fig

@@ -100,3 +100,66 @@ def test_a_check_far_inside_prints_no_rounding_noise(capsys: pytest.CaptureFixtu
     assert lines[0] == lines[1] and "1.36" not in lines[0]
     assert check.below("tight", 0.7, 1.0) == pytest.approx(0.3)
     assert "0.7 ≤ 1" in capsys.readouterr().out
+
+
+def _clean_figure():
+    fig, ax = report.figure("A clean figure")
+    ax.plot([1, 2, 3], [1, 4, 9], "o-", label="squares")
+    ax.legend()
+    return fig, ax
+
+
+def test_show_accepts_a_clean_figure() -> None:
+    fig, _ = _clean_figure()
+    assert report.figure_defects(fig) == []
+    assert report.show("fig-clean", fig) is fig
+
+
+def test_show_refuses_overprinted_tick_labels() -> None:
+    """Minor log labels over a narrow range (Fig. 11.2's radius axis before the fix) overprint each other."""
+    fig, ax = report.figure("Narrow log axis", width=3)
+    ax.scatter(np.linspace(11.1, 12.4, 10), np.arange(10))
+    ax.set_xscale("log")
+    with pytest.raises(ValueError, match=r"x tick labels .* overlap"):
+        report.show("fig-ticks", fig)
+    fig, ax = report.figure("Crowded categories", width=2)
+    ax.bar([f"a long category name {i}" for i in range(6)], range(6))
+    assert any("x tick labels" in d for d in report.figure_defects(fig))
+
+
+def test_show_refuses_an_offset_text_on_a_title() -> None:
+    """A colorbar over radii 27.7095..27.7102 prints "+2.771e1" on the panel's title (Fig. 11.1 before the fix)."""
+    fig, axes = report.figure("Offset on a title", ncols=2, width=4.2)
+    for ax in axes:
+        points = ax.scatter([1, 2, 3], [1, 2, 3], c=[27.7095, 27.71, 27.7102])
+        ax.set_title("gpt2-random, layer 6, a long title", fontsize=9)
+        fig.colorbar(points, ax=ax, label="radius")
+    fig.tight_layout()
+    defects = report.figure_defects(fig)
+    assert any("offset '+2.771e1' sits on the text 'gpt2-random" in d for d in defects), defects
+    for cbar_axes in fig.axes[2:]:
+        cbar_axes.yaxis.get_major_formatter().set_useOffset(False)
+    assert report.figure_defects(fig) == []
+
+
+def test_show_refuses_a_legend_entry_with_nothing_drawn() -> None:
+    """24 exponents equal to 1e-7 get 20 bins 5e-9 wide: bars of no width (Fig. 12.1 before the fix)."""
+    fig, ax = report.figure("Invisible bars")
+    ax.hist(np.linspace(-0.2, 0.6, 40), bins=20, label="visible")
+    ax.hist(0.5 + np.linspace(0, 1e-7, 24), bins=20, label="invisible")
+    ax.legend()
+    assert report.figure_defects(fig) == ["legend entry 'invisible' has nothing drawn inside its axes"]
+    fig, ax = report.figure("A line outside the limits")
+    ax.plot([1, 2], [1, 2], label="inside")
+    ax.plot([10, 20], [10, 20], label="outside")
+    ax.set_xlim(0, 3)
+    ax.set_ylim(0, 3)
+    ax.legend()
+    with pytest.raises(ValueError, match="legend entry 'outside' has nothing drawn"):
+        report.show("fig-legend", fig)
+    fig, ax = report.figure("Common bins")
+    values = [np.linspace(-0.2, 0.6, 40), 0.5 + np.linspace(0, 1e-7, 24)]
+    ax.hist(values, bins=np.histogram_bin_edges(np.concatenate(values), bins=20), label=["spread", "at 1/2"])
+    ax.axvline(0.5, color="k", label="1/2")
+    ax.legend()
+    assert report.figure_defects(fig) == []
