@@ -46,6 +46,14 @@ SOURCES = ["book", "_config.yml", "_toc.yml", "_ext", "_static"]
 SCREENSHOTS = {"book/intro": "landing", "book/04_tightness": "chapter04", "book/29_results_at_a_glance": "glance",
                "book/34_two_papers": "two-papers", "book/10_performance": "performance"}
 PAGE_TIMEOUT_S = 60.0
+# Tables printed as text wider than the column that chapters still print (issue 26): book.js lets them
+# scroll, but a reader must scroll each row; they are to be shown with lipnb.report.markdown_table. A page
+# may not print more of them than listed here (none where not listed), so that none is added or comes back.
+TEXT_TABLES_TO_CONVERT = {"book/01_self_attention": 1, "book/02_normalization": 1, "book/03_sqrt_n_bound": 2,
+                          "book/06_mean_field": 1, "book/09_flow": 1, "book/10_performance": 2,
+                          "book/32_l2_tightness": 1}
+# What prose says about the build is checked against the Makefile (test_prose_agrees_with_the_makefile).
+PROSE_ABOUT_THE_BUILD = ["README.md", "book/intro.md"]
 
 
 def _toc_pages() -> list[str]:
@@ -114,6 +122,41 @@ CHECK_PAGE_JS = r"""
     const wide = el.scrollWidth > el.clientWidth + 1 && !['auto', 'scroll'].includes(overflow);
     if (wide || clippedBy(el, r.left, r.left + el.scrollWidth)) {
       problems.push('output cut at the column edge: ' + snippet(el.textContent));
+    }
+  }
+  // A table printed as text (a DataFrame's repr: rows of columns separated by runs of spaces) wider than
+  // the column: printed output wraps at the column edge, so its rows fold and its columns no longer line up.
+  const isRow = (line) => (line.match(/\S {2,}(?=\S)/g) || []).length >= 2;
+  for (const el of article.querySelectorAll('div.cell_output pre, div.output pre')) {
+    const rows = el.textContent.split('\n').filter(isRow);
+    if (rows.length < 3) continue;
+    const probe = el.cloneNode(false);  // the rows alone, unwrapped, in the same box
+    probe.textContent = rows.join('\n');
+    probe.style.whiteSpace = 'pre';
+    el.after(probe);
+    const [width, column] = [probe.scrollWidth, probe.clientWidth];
+    probe.remove();
+    if (width > column + 1) {
+      problems.push(`text table wider than its column (${width} > ${column} px; show it with `
+                    + 'lipnb.report.markdown_table): ' + snippet(el.textContent));
+    }
+  }
+  // A Markdown table's cells wrap (book.css): one wider than the column has a cell that cannot, and its
+  // last columns would sit off-screen.
+  for (const el of article.querySelectorAll('table.table')) {
+    const width = el.getBoundingClientRect().width;
+    if (width > el.parentElement.clientWidth + 1) {
+      problems.push(`table wider than its column (${Math.round(width)} > ${el.parentElement.clientWidth} px): `
+                    + snippet(el.textContent));
+    }
+  }
+  // Content cut by a box that hides what passes its edge (a formula's screen-reader copy is meant to be).
+  for (const el of article.querySelectorAll('*')) {
+    if (el.closest('mjx-container')) continue;
+    const overflow = getComputedStyle(el).overflowX;
+    if ((overflow === 'hidden' || overflow === 'clip') && el.scrollWidth > el.clientWidth + 1) {
+      problems.push(`content clipped by ${el.tagName.toLowerCase()}.${el.className} (${el.scrollWidth} > `
+                    + `${el.clientWidth} px): ` + snippet(el.textContent));
     }
   }
   const links = [...document.querySelectorAll('a[href]')].map((a) => a.href);
@@ -321,7 +364,94 @@ def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> N
     if page in SCREENSHOTS:
         _screenshot(browser, SCREENSHOTS[page])
     problems = visit.problems + _broken_links(visit.links, server, site) + _repeated_figures(visit.images, server, site)
+    text_tables = [p for p in problems if p.startswith("text table wider than its column")]
+    if len(text_tables) <= TEXT_TABLES_TO_CONVERT.get(page, 0):
+        problems = [p for p in problems if p not in text_tables]
     assert not problems, f"{page}.html: {len(problems)} problem(s):\n  " + "\n  ".join(problems)
+
+
+# A page with one planted defect of each kind the page check finds in the layout (Chromium renders it).
+PLANTED = """<html><body><article style="width: 600px">
+<div class="cell_output"><div class="output"><pre>{table}</pre></div></div>
+<div><table class="table"><tr><td>{word}</td><td>verdict</td></tr></table></div>
+<div style="overflow: hidden; width: 300px"><span style="white-space: nowrap">{sentence}</span></div>
+<p>{markdown}</p>
+</article></body></html>"""
+
+
+def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
+    """A text table wider than its column, a table whose last column is off-screen, content cut by a box
+    that hides its overflow and a Markdown table left as text are each reported."""
+    table = "\n".join("   ".join(f"{c}{r:>12}" for c in "abcdefghijkl") for r in range(4))
+    page = PLANTED.format(table=table, word="x" * 200, sentence="a sentence cut at the edge " * 10,
+                          markdown="| claim | verdict | |---|---| | a | holds |")
+    html = base64.b64encode(page.encode()).decode()
+    problems = _visit(browser, f"data:text/html;base64,{html}", "data:").problems
+    for kind in ("text table wider than its column", "table wider than its column", "content clipped by div",
+                 "Markdown table left as text"):
+        assert any(p.startswith(kind) for p in problems), f"{kind!r} not reported; got {problems}"
+
+
+def _make_targets(makefile: str) -> set[str]:
+    phony = re.findall(r"^\.PHONY:(.*)$", makefile, re.M)
+    return set(" ".join(phony).split()) | set(re.findall(r"^([A-Za-z][\w-]*)\s*:(?!=)", makefile, re.M))
+
+
+_UNITS_S = {"s": 1, "sec": 1, "second": 1, "seconds": 1, "min": 60, "minute": 60, "minutes": 60, "h": 3600,
+            "hour": 3600, "hours": 3600}
+_TIMING = re.compile(r"`make ([\w-]+)` (?:takes|runs in|needs|lasts) about (\d+|a|an|one) ?([a-z]+)\b")
+
+
+def prose_disagreements(makefile: str, prose: dict[str, str], root: Path) -> list[str]:
+    """What ``prose`` (file name -> text) says about the build that the Makefile or the repository denies:
+    a `make` target it does not define, two durations for one target (prose and the Makefile's comments),
+    a pinned version other than the Makefile's, a path that does not exist (nor is made by the build)."""
+    targets, found = _make_targets(makefile), []
+    durations: dict[str, set[tuple[float, str]]] = {}
+    comments = "\n".join(line for line in makefile.splitlines() if line.lstrip().startswith("#"))
+    pins = dict(re.findall(r"([A-Za-z][\w.-]*)==([\w.]*\w)", makefile))
+    for name, text in {**prose, "Makefile": comments}.items():
+        for m in re.finditer(r"(?:`|^)make ((?:[a-z][\w-]*)(?: [a-z][\w-]*)*)", text, re.M):
+            found += [f"{name}: `make {t}`: no such target in the Makefile" for t in m[1].split() if t not in targets]
+        for target, amount, unit in _TIMING.findall(text):
+            if unit in _UNITS_S:
+                seconds = (1 if amount in ("a", "an", "one") else float(amount)) * _UNITS_S[unit]
+                durations.setdefault(target, set()).add((seconds, f"{name}: about {amount} {unit}"))
+        for package, version in re.findall(r"([A-Za-z][\w.-]*)==([\w.]*\w)", text):
+            if name != "Makefile" and package in pins and pins[package] != version:
+                found.append(f"{name}: {package}=={version}, the Makefile installs {package}=={pins[package]}")
+        for path in re.findall(r"`(\.{0,2}/?[\w.-]+/[^`\s]*)`", text):
+            if name == "Makefile" or "://" in path:
+                continue
+            if path.startswith("../") or path.startswith("_build/"):
+                head = "/".join(path.split("/")[:2])
+                if head not in makefile and head not in Path(__file__).read_text():
+                    found.append(f"{name}: `{path}`: made by no Makefile rule (nor by this test)")
+            elif not list(root.glob(re.sub(r"<[^>]+>|NN_name|NN|\*", "*", path).rstrip("/") or ".")):
+                found.append(f"{name}: `{path}`: no such path in the repository")
+    for target, claims in sorted(durations.items()):
+        if len({seconds for seconds, _ in claims}) > 1:
+            found.append(f"`make {target}` takes different times: " + "; ".join(sorted(c for _, c in claims)))
+    return found
+
+
+def test_prose_agrees_with_the_makefile() -> None:
+    """README and the introduction name only real make targets, paths and pins, and one duration per target."""
+    prose = {name: (ROOT / name).read_text() for name in PROSE_ABOUT_THE_BUILD}
+    found = prose_disagreements((ROOT / "Makefile").read_text(), prose, ROOT)
+    assert not found, "prose disagrees with the Makefile:\n  " + "\n  ".join(found)
+
+
+def test_the_makefile_check_finds_planted_disagreements() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    planted = {"README.md": "`make book` takes about 15 s; `make docs` builds it. Install torch==2.0.0.\n"
+                            "Outputs land in `_build/pdf/book.pdf`; the code is in `lipnb/nowhere.py`.",
+               "book/intro.md": "`make book` takes about a minute."}
+    found = "\n".join(prose_disagreements(makefile + "\n# `make book` takes about 15 s\n", planted, ROOT))
+    for expected in ("`make docs`: no such target", "torch==2.0.0, the Makefile installs torch==2.13.0",
+                     "`_build/pdf/book.pdf`: made by no Makefile rule", "`lipnb/nowhere.py`: no such path",
+                     "`make book` takes different times"):
+        assert expected in found, f"{expected!r} not reported:\n{found}"
 
 
 def test_citations_match_the_reference_list(site: Path) -> None:
