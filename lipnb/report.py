@@ -238,7 +238,8 @@ def _tick_label_boxes(axis: Axis, renderer) -> list[tuple[str, Bbox]]:
             continue
         centre = (box.x0 + box.x1) / 2 if axis.axis_name == "x" else (box.y0 + box.y1) / 2
         if lo - 1 <= centre <= hi + 1:  # a tick outside the view limits is not drawn
-            boxes.append((label.get_text(), box))
+            # the text as read: "$\mathdefault{3\times10^{0}}$" -> "3\times10^{0}"
+            boxes.append((re.sub(r"^\$\\mathdefault\{(.*)\}\$$", r"\1", label.get_text()), box))
     return boxes
 
 
@@ -283,7 +284,7 @@ def figure_defects(fig: Figure) -> list[str]:
             for i, (text_a, box_a) in enumerate(boxes):
                 for text_b, box_b in boxes[i + 1:]:
                     if _overlap(box_a, box_b):
-                        defects.append(f"{where}: {axis.axis_name} tick labels {text_a!r} and {text_b!r} overlap")
+                        defects.append(f"{where}: {axis.axis_name} tick labels '{text_a}' and '{text_b}' overlap")
             offset = _text_box(axis.get_offset_text(), renderer)
             for text, box in title_boxes if offset is not None else []:
                 if _overlap(offset, box):
