@@ -16,8 +16,8 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, check_tokens, mask_future
-from .checks import as_count, as_radius, as_real, check_positive_int
+from .attention import MultiHead, attention_matrix, mask_future
+from .checks import as_count, as_radius, as_real, check_positive_int, check_tokens
 from .inputs import real_eigenpairs
 
 __all__ = [

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, check_tokens, log_weights, mask_future, multihead_attention
-from .checks import check_float
+from .attention import MultiHead, attention_matrix, log_weights, mask_future, multihead_attention
+from .checks import check_float, check_tokens
 
 __all__ = [
     "AttentionLinearization",

@@ -40,8 +40,8 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
-from .attention import MultiHead, check_tokens
-from .checks import check_positive_int
+from .attention import MultiHead
+from .checks import check_positive_int, check_tokens
 from .data import reachable, user_cache_dir
 from .jacobian import MultiHeadMap, concat_heads
 from .lipschitz import Linearization
