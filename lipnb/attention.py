@@ -20,6 +20,7 @@ __all__ = [
     "log_weights",
     "mask_future",
     "multihead_attention",
+    "scores",
     "self_attention",
 ]
 
@@ -70,15 +71,29 @@ def attention_matrix(
         check_matrix(score_bias, "score_bias", len(expected))
         if tuple(score_bias.shape) != expected:
             raise ValueError(f"score_bias must have shape {expected}; got {tuple(score_bias.shape)}")
-    Xh = X if A.dim() == 2 else X.unsqueeze(1)
-    queries = Xh @ A.mT
-    if score_bias is not None:
-        queries = queries + (score_bias if A.dim() == 2 else score_bias.unsqueeze(-2))
-    scores = queries @ Xh.mT
+    logits = scores(X, A, score_bias=score_bias)
     log_w = log_weights(weights, X)
     if log_w is not None:
-        scores = scores + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
-    return torch.softmax(mask_future(scores) if masked else scores, dim=-1)
+        logits = logits + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
+    return torch.softmax(mask_future(logits) if masked else logits, dim=-1)
+
+
+def scores(X: Tensor, A: Tensor, *, queries: Tensor | None = None, score_bias: Tensor | None = None,
+           masked: bool = False) -> Tensor:
+    """Def 2.1's scores ``<A z_i + c, x_j>`` (``z = x`` unless ``queries``), ``-inf`` for ``j > i`` when masked.
+
+    The one place lipnb forms them; no argument checks (see :func:`attention_matrix`). ``A`` ``(d, d)`` gives
+    ``(B, m, n)``, stacked heads ``(H, d, d)`` give ``(B, H, m, n)``.
+    """
+    Z = X if queries is None else queries
+    if A.dim() == 3:
+        X, Z = X.unsqueeze(1), Z.unsqueeze(1)
+        score_bias = None if score_bias is None else score_bias.unsqueeze(-2)
+    query = Z @ A.mT
+    if score_bias is not None:
+        query = query + score_bias
+    logits = query @ X.mT
+    return mask_future(logits) if masked else logits
 
 
 def mask_future(scores: Tensor) -> Tensor:
