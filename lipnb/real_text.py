@@ -104,10 +104,9 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
         sequences = data.token_sequences(data.dataset_text(dataset), tokenizer, lengths, per_length)
         device = next(model.parameters()).device
         maps = {i: models.attention_map(mapped, i, kind, head=head, masked=causal) for i in chosen}
-        input_kind = "block" if kind == "block" else "mha"
         rows = []
         for n in progress(lengths, desc=f"{model_name} {dataset} {kind}"):
-            inputs = models.attention_inputs(model, chosen, sequences[n].to(device), input_kind)
+            inputs = models.attention_inputs(model, chosen, sequences[n].to(device), kind)
             for i in chosen:
                 X = inputs[i]
                 norms = X.double().norm(dim=-1)
