@@ -11,7 +11,7 @@ from .inputs import ball_tokens, random_head
 from .jacobian import selection_jacobian
 from .lipschitz import jacobian_matrix, local_lipschitz
 from .measures import repeated_token_lipschitz
-from .results import ResultTable, cached_table, progress
+from .results import ResultTable, cached_table, code_version, progress
 from .stats import fit_line
 
 __all__ = [
@@ -24,10 +24,12 @@ __all__ = [
 
 
 def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor, *,
-                       masked: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """Theorem 3.7: ``(||D_{RX} f - S||_2, ||D_{RX} f||_2)`` for each radius ``R``, one sequence ``X`` ``(1, n, d)``.
+                       masked: bool = False) -> ResultTable:
+    """Theorem 3.7: ``error = ||D_{RX} f - S||_2`` and ``lip = ||D_{RX} f||_2`` at each ``radius`` ``R``, for one
+    sequence ``X`` ``(1, n, d)``; one row per radius.
 
     Dense float64 Jacobians; ``S`` is :func:`selection_jacobian` at ``X`` (the argmax does not depend on ``R > 0``).
+    Not cached (its inputs are tensors); the provenance records the shape, ``masked`` and lipnb's source hash.
     """
     from .attention import self_attention
 
@@ -35,37 +37,46 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
     R = torch.as_tensor(radii, dtype=torch.float64).reshape(-1, 1, 1)
     J = jacobian_matrix(lambda Z: self_attention(Z, A, V, masked=masked), R * X)
     S = selection_jacobian(X, A, V, masked=masked)
-    return torch.linalg.matrix_norm(J - S, ord=2), torch.linalg.matrix_norm(J, ord=2)
+    columns = {"radius": R.flatten(), "error": torch.linalg.matrix_norm(J - S, ord=2),
+               "lip": torch.linalg.matrix_norm(J, ord=2)}
+    provenance = {"sweep": "large_radius_sweep", "shape": list(X.shape), "masked": masked, "code": code_version()}
+    return ResultTable.from_columns(columns, provenance)
 
 
 def large_radius_error(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor, *,
                        masked: bool = False) -> torch.Tensor:
     """Theorem 3.7: ``||D_{RX} f - S||_2`` for each radius ``R`` (see :func:`large_radius_sweep`), ``(len(radii),)``."""
-    return large_radius_sweep(X, A, V, radii, masked=masked)[0]
+    return large_radius_sweep(X, A, V, radii, masked=masked)["error"]
 
 
-def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int, *,
-                            seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """App. C.7 / Kim et al. (2021): ``Lip_X(f)`` at :func:`~lipnb.inputs.quadratic_growth_input`, ``(reps, R)``.
+def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int, *, seed: int = 0) -> ResultTable:
+    """App. C.7 / Kim et al. (2021): ``Lip_X(f)`` at :func:`~lipnb.inputs.quadratic_growth_input` at every radius.
 
-    Each replicate draws its own ``A``, ``V`` (i.i.d. Gaussian, variance ``1/d``) and its own tokens; returns
-    the dense float64 constants at every radius and each replicate's log-log slope.
+    Each replicate draws its own ``A``, ``V`` (i.i.d. Gaussian, variance ``1/d``) and its own tokens; one row per
+    ``replicate`` and ``radius``: the dense float64 constant ``lip`` and the replicate's log-log ``slope``. A cached
+    table; ``table.pivot("lip", "replicate", "radius")`` gives the ``(replicates, radii)`` matrix.
     """
     from .attention import self_attention
     from .inputs import quadratic_growth_input
 
-    g = torch.Generator().manual_seed(seed)
     radii = torch.as_tensor(radii, dtype=torch.float64)
-    constants = []
-    for r in range(replicates):
-        A = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-        V = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
-        X = quadratic_growth_input(radii, n, d, seed=seed * 100_003 + r)
-        J = jacobian_matrix(lambda Z, A=A, V=V: self_attention(Z, A, V), X)
-        constants.append(torch.linalg.matrix_norm(J, ord=2))
-    constants = torch.stack(constants)
-    slopes = torch.tensor([fit_line(radii.log(), c.log()).slope for c in constants], dtype=torch.float64)
-    return constants, slopes
+    params = {"n": n, "d": d, "radii": radii.tolist(), "replicates": replicates, "seed": seed}
+
+    def compute() -> dict[str, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed)
+        constants = []
+        for r in progress(range(replicates), desc="quadratic growth"):
+            A = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+            V = torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)
+            X = quadratic_growth_input(radii, n, d, seed=seed * 100_003 + r)
+            J = jacobian_matrix(lambda Z, A=A, V=V: self_attention(Z, A, V), X)
+            constants.append(torch.linalg.matrix_norm(J, ord=2))
+        slopes = torch.tensor([fit_line(radii.log(), c.log()).slope for c in constants], dtype=torch.float64)
+        return {"replicate": torch.arange(replicates).repeat_interleave(len(radii)),
+                "radius": radii.repeat(replicates), "lip": torch.stack(constants).flatten(),
+                "slope": slopes.repeat_interleave(len(radii))}
+
+    return cached_table("quadratic_growth_slopes", params, compute)
 
 
 def lemma_c_7_constants(A: torch.Tensor, R: float, ns: Iterable[int], *, case: str = "auto") -> torch.Tensor:

@@ -71,8 +71,11 @@ def test_large_radius_error_decays_at_the_gap_rate(gen: torch.Generator, masked:
     assert abs(rate / gap - 1) < 0.05
 
 
-def test_quadratic_growth_slopes_are_two() -> None:
+def test_quadratic_growth_slopes_are_two(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
     radii = torch.logspace(1, 3, 5, dtype=F64)
-    constants, slopes = quadratic_growth_slopes(5, 3, radii, 4, seed=1)
+    table = quadratic_growth_slopes(5, 3, radii, 4, seed=1)
+    constants, slopes = table.pivot("lip", "replicate", "radius"), table.pivot("slope", "replicate", "radius")[:, 0]
     assert constants.shape == (4, 5) and slopes.shape == (4,)
+    torch.testing.assert_close(table.pivot("radius", "replicate", "radius")[0], radii)
     assert bool(((slopes - 2).abs() < 0.05).all())
