@@ -54,6 +54,7 @@ __all__ = [
     "HUB_MODELS",
     "KINDS",
     "MODEL_NAMES",
+    "MODULE_KINDS",
     "OFFLINE_MODELS",
     "SMOLLM2_GGUF",
     "UNMASKED_TWIN",
@@ -82,6 +83,7 @@ RANDOM_MODELS = ("llama-random", "llama-random-norope")
 MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2", *RANDOM_MODELS)
 MapKind = Literal["mha", "self", "block", "head"]
 KINDS: tuple[MapKind, ...] = get_args(MapKind)
+MODULE_KINDS: tuple[MapKind, ...] = ("self", "block")  # run the Hugging Face module: the model's own masking
 Family = Literal["bert", "gpt2", "llama"]
 UNMASKED_TWIN = {"minilm-decoder": "minilm", "bert-base-uncased-decoder": "bert-base-uncased"}
 
@@ -259,8 +261,8 @@ def num_layers(model: nn.Module) -> int:
 
 def layer_module(model: nn.Module, layer: int) -> nn.Module:
     """The ``layer``-th transformer layer (``BertLayer``, ``GPT2Block`` or ``LlamaDecoderLayer``), range-checked."""
-    kind = family(model)
-    layers = model.encoder.layer if kind == "bert" else model.h if kind == "gpt2" else model.layers
+    fam = family(model)
+    layers = model.encoder.layer if fam == "bert" else model.h if fam == "gpt2" else model.layers
     layer = check_positive_int(layer, "layer", minimum=0)
     if not layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
@@ -406,7 +408,7 @@ class LayerMap:
         check_kind(kind)
         self.model, self.layer, self.kind, self.head = model, layer, kind, head
         self.masked = is_decoder(model) if masked is None else bool(masked)
-        if kind in _MAPS and self.masked != is_decoder(model):
+        if kind in MODULE_KINDS and self.masked != is_decoder(model):
             raise ValueError(f"kind={kind!r} runs the module as the model does; for the other masking load the "
                              "twin model (UNMASKED_TWIN) or use kind='mha'/'head'")
         if kind == "head":
@@ -414,7 +416,7 @@ class LayerMap:
             if not 0 <= head < num_heads:
                 raise ValueError(f"head must be in 0..{num_heads - 1}; got {head}")
         self.params = list(layer_module(model, layer).parameters())
-        self._module = _MAPS[kind](model, layer) if kind in _MAPS else None
+        self._module = _MAPS[kind](model, layer) if kind in MODULE_KINDS else None
         self._key: tuple | None = None
         self._map: MultiHeadMap | ResidualAttentionMap | None = None
 

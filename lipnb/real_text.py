@@ -97,9 +97,9 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
     def compute() -> dict[str, list]:
         model, tokenizer = models.load_shared(model_name)
         mapped = model
-        if masked is False and model_name in models.UNMASKED_TWIN and kind in ("self", "block"):
+        if masked is False and model_name in models.UNMASKED_TWIN and kind in models.MODULE_KINDS:
             mapped = models.load_shared(models.UNMASKED_TWIN[model_name])[0]
-        causal = models.is_decoder(mapped) if masked is None or kind in ("self", "block") else masked
+        causal = models.is_decoder(mapped) if masked is None or kind in models.MODULE_KINDS else masked
         chosen = list(range(models.num_layers(model))) if layers is None else list(layers)
         sequences = data.token_sequences(data.dataset_text(dataset), tokenizer, lengths, per_length)
         device = next(model.parameters()).device
