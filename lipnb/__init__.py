@@ -4,7 +4,8 @@ One module per concept: the maps (:mod:`~lipnb.attention`, :mod:`~lipnb.normaliz
 taken apart (:mod:`~lipnb.jacobian`), local Lipschitz constants (:mod:`~lipnb.lipschitz`), every bound
 (:mod:`~lipnb.bounds`), the inputs that attain them (:mod:`~lipnb.inputs`), attention on measures
 (:mod:`~lipnb.measures`) and as a flow (:mod:`~lipnb.flow`), real layers taken apart (:mod:`~lipnb.heads`),
-fits and intervals (:mod:`~lipnb.stats`), cached sweeps (:mod:`~lipnb.sweeps`) returning typed tables
+fits and intervals (:mod:`~lipnb.stats`), cached sweeps (:mod:`~lipnb.synthetic`, :mod:`~lipnb.real_text`,
+:mod:`~lipnb.adversarial`) returning typed tables
 (:mod:`~lipnb.results`), and what a chapter does with them (:mod:`~lipnb.report`). Real models, texts and
 run profiles (:mod:`~lipnb.models`, :mod:`~lipnb.data`, :mod:`~lipnb.profiles`) and the modules that
 need them are imported on first use, because they load ``transformers`` or ``pandas``.

@@ -12,46 +12,21 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .checks import check_matrix, check_tokens
+
 __all__ = [
     "MultiHead",
     "attention_matrix",
-    "check_tokens",
     "log_weights",
     "mask_future",
     "multihead_attention",
+    "scores",
     "self_attention",
 ]
 
 
-def check_tokens(X: Tensor, name: str = "X") -> None:
-    """Raise ``TypeError``/``ValueError`` unless ``X`` is a finite float ``(batch, n, d)`` tensor, ``n, d >= 1``."""
-    if not isinstance(X, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
-    if not X.is_floating_point():
-        raise TypeError(f"{name} must hold floating-point tokens; got {X.dtype}")
-    if X.dim() != 3:
-        raise ValueError(f"{name} must have shape (batch, n, d); got shape {tuple(X.shape)}")
-    if X.shape[0] < 1:
-        raise ValueError(f"{name} has an empty batch (shape {tuple(X.shape)})")
-    if X.shape[1] < 1:
-        raise ValueError(f"{name} has n = {X.shape[1]} tokens; a sequence needs n >= 1")
-    if X.shape[2] < 1:
-        raise ValueError(f"{name} has token dimension d = 0")
-    if not bool(torch.isfinite(X).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-
-
-def _check_matrix(M: Tensor, name: str, rank: int) -> None:
-    if not isinstance(M, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}")
-    if M.dim() != rank:
-        raise ValueError(f"{name} must have {rank} dimensions; got shape {tuple(M.shape)}")
-    if not bool(torch.isfinite(M).all()):
-        raise ValueError(f"{name} contains NaN or inf")
-
-
 def _check_values(V: Tensor, X: Tensor) -> None:
-    _check_matrix(V, "V", 2)
+    check_matrix(V, "V", 2)
     if V.shape[1] != X.shape[-1]:
         raise ValueError(f"V is {tuple(V.shape)} but tokens have dimension d = {X.shape[-1]}")
 
@@ -87,24 +62,38 @@ def attention_matrix(
     check_tokens(X)
     if A.dim() not in (2, 3) or A.shape[-1] != A.shape[-2]:
         raise ValueError(f"A must be a square (d, d) matrix or (H, d, d) stack; got {tuple(A.shape)}")
-    _check_matrix(A, "A", A.dim())
+    check_matrix(A, "A", A.dim())
     d = X.shape[-1]
     if A.shape[-1] != d:
         raise ValueError(f"A is {tuple(A.shape[-2:])} but tokens have dimension d = {d}")
     if score_bias is not None:
         expected = (d,) if A.dim() == 2 else (A.shape[0], d)
-        _check_matrix(score_bias, "score_bias", len(expected))
+        check_matrix(score_bias, "score_bias", len(expected))
         if tuple(score_bias.shape) != expected:
             raise ValueError(f"score_bias must have shape {expected}; got {tuple(score_bias.shape)}")
-    Xh = X if A.dim() == 2 else X.unsqueeze(1)
-    queries = Xh @ A.mT
-    if score_bias is not None:
-        queries = queries + (score_bias if A.dim() == 2 else score_bias.unsqueeze(-2))
-    scores = queries @ Xh.mT
+    logits = scores(X, A, score_bias=score_bias)
     log_w = log_weights(weights, X)
     if log_w is not None:
-        scores = scores + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
-    return torch.softmax(mask_future(scores) if masked else scores, dim=-1)
+        logits = logits + (log_w if A.dim() == 2 else log_w.unsqueeze(1))
+    return torch.softmax(mask_future(logits) if masked else logits, dim=-1)
+
+
+def scores(X: Tensor, A: Tensor, *, queries: Tensor | None = None, score_bias: Tensor | None = None,
+           masked: bool = False) -> Tensor:
+    """Def 2.1's scores ``<A z_i + c, x_j>`` (``z = x`` unless ``queries``), ``-inf`` for ``j > i`` when masked.
+
+    The one place lipnb forms them; no argument checks (see :func:`attention_matrix`). ``A`` ``(d, d)`` gives
+    ``(B, m, n)``, stacked heads ``(H, d, d)`` give ``(B, H, m, n)``.
+    """
+    Z = X if queries is None else queries
+    if A.dim() == 3:
+        X, Z = X.unsqueeze(1), Z.unsqueeze(1)
+        score_bias = None if score_bias is None else score_bias.unsqueeze(-2)
+    query = Z @ A.mT
+    if score_bias is not None:
+        query = query + score_bias
+    logits = query @ X.mT
+    return mask_future(logits) if masked else logits
 
 
 def mask_future(scores: Tensor) -> Tensor:
@@ -147,9 +136,9 @@ class MultiHead:
     output_bias: Tensor | None = None
 
     def __post_init__(self) -> None:
-        _check_matrix(self.A, "A", 3)
-        _check_matrix(self.V, "V", 3)
-        _check_matrix(self.W, "W", 3)
+        check_matrix(self.A, "A", 3)
+        check_matrix(self.V, "V", 3)
+        check_matrix(self.W, "W", 3)
         H, d, d2 = self.A.shape
         if d != d2:
             raise ValueError(f"each A_h must be square; got A of shape {tuple(self.A.shape)}")
@@ -162,7 +151,7 @@ class MultiHead:
         for name, shape in expected.items():
             b = getattr(self, name)
             if b is not None:
-                _check_matrix(b, name, len(shape))
+                check_matrix(b, name, len(shape))
                 if tuple(b.shape) != shape:
                     raise ValueError(f"{name} must have shape {shape}; got {tuple(b.shape)}")
 

@@ -16,8 +16,8 @@ import math
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, check_tokens, mask_future
-from .checks import as_count, as_radius, as_real, check_positive_int
+from .attention import MultiHead, attention_matrix, scores
+from .checks import as_count, as_radius, as_real, check_positive_int, check_tokens
 from .inputs import real_eigenpairs
 
 __all__ = [
@@ -232,8 +232,7 @@ def proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
 def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7: ``#{i : m_i = j}`` for ``m_i = argmax_j <A x_i, x_j>`` (``j <= i`` if masked), ``(B, n)``."""
     check_tokens(X)
-    scores = (X @ A.mT) @ X.mT
-    m = (mask_future(scores) if masked else scores).argmax(-1)
+    m = scores(X, A, masked=masked).argmax(-1)
     return torch.zeros_like(m).scatter_add_(1, m, torch.ones_like(m))
 
 

@@ -9,7 +9,7 @@ import numbers
 import torch
 from torch import Tensor
 
-__all__ = ["as_count", "as_radius", "as_real", "check_float", "check_positive_int"]
+__all__ = ["as_count", "as_radius", "as_real", "check_float", "check_matrix", "check_positive_int", "check_tokens"]
 
 
 def _as_float64(x: object, name: str) -> Tensor:
@@ -72,3 +72,31 @@ def check_float(X: object, name: str) -> Tensor:
     if not math.prod(X.shape):
         raise ValueError(f"{name} is empty (shape {tuple(X.shape)})")
     return X
+
+
+def check_tokens(X: Tensor, name: str = "X") -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``X`` is a finite float ``(batch, n, d)`` tensor, ``n, d >= 1``."""
+    if not isinstance(X, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(X).__name__}")
+    if not X.is_floating_point():
+        raise TypeError(f"{name} must hold floating-point tokens; got {X.dtype}")
+    if X.dim() != 3:
+        raise ValueError(f"{name} must have shape (batch, n, d); got shape {tuple(X.shape)}")
+    if X.shape[0] < 1:
+        raise ValueError(f"{name} has an empty batch (shape {tuple(X.shape)})")
+    if X.shape[1] < 1:
+        raise ValueError(f"{name} has n = {X.shape[1]} tokens; a sequence needs n >= 1")
+    if X.shape[2] < 1:
+        raise ValueError(f"{name} has token dimension d = 0")
+    if not bool(torch.isfinite(X).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def check_matrix(M: Tensor, name: str, rank: int) -> None:
+    """Raise ``TypeError``/``ValueError`` unless ``M`` is a finite tensor with ``rank`` dimensions (a weight)."""
+    if not isinstance(M, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(M).__name__}")
+    if M.dim() != rank:
+        raise ValueError(f"{name} must have {rank} dimensions; got shape {tuple(M.shape)}")
+    if not bool(torch.isfinite(M).all()):
+        raise ValueError(f"{name} contains NaN or inf")

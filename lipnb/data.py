@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = [
+    "DATASETS",
     "DATA_ENV",
     "FETCH_COMMAND",
     "FILES",
@@ -50,6 +51,7 @@ __all__ = [
     "alice_text",
     "data_dir",
     "data_path",
+    "dataset_text",
     "fetch",
     "main",
     "offline_by_env",
@@ -225,6 +227,18 @@ def ag_news_texts(split: str = "test") -> list[str]:
         raise ValueError(f"only split='test' is cached (the paper's texts); got {split!r}")
     rows = csv.reader(io.StringIO(_read_verified("ag_news").decode("utf-8")))
     return [" ".join(row[1:]) for row in rows]
+
+
+DATASETS = ("alice", "ag_news")
+
+
+def dataset_text(dataset: str) -> str:
+    """Sec. 5.1's texts: *Alice in Wonderland*, or the first 1000 AG_NEWS test articles joined by spaces."""
+    if dataset == "alice":
+        return alice_text()
+    if dataset == "ag_news":
+        return " ".join(ag_news_texts()[:1000])
+    raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
 
 
 def fetch(names: Iterable[str] | None = None) -> list[Path]:

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, check_tokens, log_weights, mask_future, multihead_attention
-from .checks import check_float
+from .attention import MultiHead, attention_matrix, log_weights, mask_future, multihead_attention, scores
+from .checks import check_float, check_tokens
 
 __all__ = [
     "AttentionLinearization",
@@ -26,20 +26,15 @@ __all__ = [
 ]
 
 
-def _masked_scores(X: torch.Tensor, A: torch.Tensor, masked: bool) -> torch.Tensor:
-    scores = (X @ A.mT) @ X.mT
-    return mask_future(scores) if masked else scores
-
-
 def score_gaps(X: torch.Tensor, A: torch.Tensor, *, masked: bool = False) -> torch.Tensor:
     """Theorem 3.7 (4.5 masked): per row, largest minus second-largest score ``<A x_i, x_j>``, ``(B, n)``.
 
     A row with a single admissible token (row 1 when masked) has gap ``inf``; at ``RX`` the gaps scale by ``R²``.
     """
-    scores = _masked_scores(X, A, masked)
+    logits = scores(X, A, masked=masked)
     if X.shape[1] < 2:
-        return torch.full(X.shape[:2], math.inf, dtype=scores.dtype, device=X.device)
-    top = scores.topk(2, dim=-1).values
+        return torch.full(X.shape[:2], math.inf, dtype=logits.dtype, device=X.device)
+    top = logits.topk(2, dim=-1).values
     return top[..., 0] - top[..., 1]
 
 
@@ -48,7 +43,7 @@ def selection_jacobian(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, *, mas
 
     ``m_i = argmax_j <A x_i, x_j>`` (over ``j <= i`` when masked); off the null set of ties it is unique.
     """
-    m = _masked_scores(X, A, masked).argmax(-1)
+    m = scores(X, A, masked=masked).argmax(-1)
     B, n, d = X.shape
     one_hot = torch.nn.functional.one_hot(m, n).to(V.dtype)
     return torch.einsum("bij,ek->biejk", one_hot, V).reshape(B, n * V.shape[0], n * d)
@@ -79,11 +74,10 @@ def attention_covariances(Y: torch.Tensor, A: torch.Tensor, *, weights: torch.Te
 
     One covariance per query ``z`` (default: the tokens themselves, giving ``Cov_i`` of Lemma C.2).
     """
-    Z = Y if queries is None else queries
-    scores = (Z @ A.mT) @ Y.mT
+    logits = scores(Y, A, queries=queries)
     if weights is not None:
-        scores = scores + log_weights(weights, Y)
-    return weighted_covariances(torch.softmax(scores, dim=-1), Y)
+        logits = logits + log_weights(weights, Y)
+    return weighted_covariances(torch.softmax(logits, dim=-1), Y)
 
 
 def weighted_covariances(P: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from .attention import check_tokens, log_weights
-from .checks import check_positive_int
+from .attention import log_weights
+from .checks import check_positive_int, check_tokens
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, power_iteration
 
 __all__ = [

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from .attention import log_weights
+from .attention import log_weights, scores
 from .inputs import repeat_tokens
 from .jacobian import attention_covariances
 from .lipschitz import jacobian_matrix, weighted_operator_norm
@@ -102,12 +102,12 @@ def masked_mean_field(X: torch.Tensor, positions: torch.Tensor, A: torch.Tensor,
     ``(B, N, d)``, ``positions`` ``(N,)`` or ``(B, N)``, ``weights`` (default uniform) likewise.
     One atom per position gives masked self-attention (Def 2.5); one position gives Def 2.1.
     """
-    scores = (X @ A.mT) @ X.mT
+    logits = scores(X, A)
     if weights is not None:
-        scores = scores + log_weights(weights, X)
+        logits = logits + log_weights(weights, X)
     s = torch.as_tensor(positions, device=X.device).expand(X.shape[:2])
     future = s.unsqueeze(-2) > s.unsqueeze(-1)
-    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ (X @ V.mT)
+    return torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1) @ (X @ V.mT)
 
 
 def conditional_w2(X: torch.Tensor, Y: torch.Tensor, positions: torch.Tensor,

@@ -20,9 +20,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar, get_args
 from unittest import mock
 
 import torch
@@ -35,14 +35,16 @@ from transformers import (
     GPT2Config,
     GPT2Model,
     GPT2Tokenizer,
+    LlamaModel,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
 from transformers.utils import logging as hf_logging
 
-from .attention import MultiHead, check_tokens
-from .checks import check_positive_int
+from .attention import MultiHead
+from .checks import check_positive_int, check_tokens
 from .data import reachable, user_cache_dir
+from .heads import single_head
 from .jacobian import MultiHeadMap, concat_heads
 from .lipschitz import Linearization
 from .profiles import default_device
@@ -52,26 +54,38 @@ __all__ = [
     "HUB_MODELS",
     "KINDS",
     "MODEL_NAMES",
+    "MODULE_KINDS",
     "OFFLINE_MODELS",
     "SMOLLM2_GGUF",
+    "UNMASKED_TWIN",
+    "Family",
     "LayerMap",
+    "MapKind",
     "OfflineError",
     "StopForward",
     "attention_inputs",
     "attention_map",
+    "check_kind",
     "family",
     "forward_with_hooks",
+    "head_A",
     "head_matrices",
     "is_decoder",
     "layer_module",
     "load",
+    "load_shared",
     "num_layers",
 ]
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
-MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2")
-KINDS = ("mha", "self", "block")
+RANDOM_MODELS = ("llama-random", "llama-random-norope")
+MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2", *RANDOM_MODELS)
+MapKind = Literal["mha", "self", "block", "head"]
+KINDS: tuple[MapKind, ...] = get_args(MapKind)
+MODULE_KINDS: tuple[MapKind, ...] = ("self", "block")  # run the Hugging Face module: the model's own masking
+Family = Literal["bert", "gpt2", "llama"]
+UNMASKED_TWIN = {"minilm-decoder": "minilm", "bert-base-uncased-decoder": "bert-base-uncased"}
 
 _T = TypeVar("_T")
 
@@ -151,11 +165,21 @@ def _bert(source: str | Path, decoder: bool, **kwargs: object) -> BertModel:
     return BertModel.from_pretrained(source, attn_implementation="eager", is_decoder=decoder, **kwargs)
 
 
-def _random_gpt2() -> GPT2Model:
-    """GPT-2 small with the random weights of ``torch.manual_seed(0)``; the global RNG is left untouched."""
+def _random_gpt2(seed: int = 0) -> GPT2Model:
+    """GPT-2 small with the random weights of ``torch.manual_seed(seed)``; the global RNG is left untouched."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
+        torch.manual_seed(seed)
         return GPT2Model(GPT2Config(attn_implementation="eager"))
+
+
+def _random_llama(rotary: bool) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """:func:`lipnb.llama.random_llama` (seed 0) with GPT-2's tokenizer; ``rotary=False`` switches its rotation off
+    in :func:`attention_map`."""
+    from .llama import random_llama
+
+    model = random_llama(0)
+    model.config.rotary = rotary
+    return model, GPT2Tokenizer.from_pretrained(_gpt2_tokenizer_dir())
 
 
 _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]]] = {
@@ -175,19 +199,32 @@ _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]
         _from_hub(AutoTokenizer.from_pretrained, "gpt2", "gpt2"),
     ),
     "smollm2": _smollm2,
+    "llama-random": lambda: _random_llama(True),
+    "llama-random-norope": lambda: _random_llama(False),
 }
 
 
 def load(name: str, device: torch.device | str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """``(model, tokenizer)`` for one of ``MODEL_NAMES``: eager attention, eval mode, frozen parameters,
-    on ``device`` (default :func:`lipnb.profiles.default_device`: the GPU when there is one)."""
-    if name not in _LOADERS:
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)}")
+    """``(model, tokenizer)`` for one of ``MODEL_NAMES`` or ``"gpt2-random:SEED"`` (random GPT-2 from another seed):
+    eager attention, eval mode, frozen parameters, on ``device`` (default :func:`lipnb.profiles.default_device`:
+    the GPU when there is one)."""
+    base, _, seed = name.partition(":")
+    if name not in _LOADERS and not (base == "gpt2-random" and seed.isdigit()):
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)} or 'gpt2-random:SEED'")
     # The weight-loading progress bar goes to stderr only on some runs: keep executed notebooks reproducible.
     hf_logging.disable_progress_bar()
-    model, tokenizer = _LOADERS[name]()
+    if name in _LOADERS:
+        model, tokenizer = _LOADERS[name]()
+    else:
+        model, tokenizer = _random_gpt2(int(seed)), GPT2Tokenizer.from_pretrained(_gpt2_tokenizer_dir())
     model.eval().requires_grad_(False)
     return model.to(_available(default_device() if device is None else torch.device(device))), tokenizer
+
+
+@lru_cache(maxsize=4)
+def load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """:func:`load` on the default device, cached for the sweeps: do not modify the returned model."""
+    return load(name)
 
 
 def _available(device: torch.device) -> torch.device:
@@ -199,18 +236,21 @@ def _available(device: torch.device) -> torch.device:
     return device
 
 
-def family(model: nn.Module) -> str:
-    """``"bert"`` or ``"gpt2"``; ``TypeError`` for any other module."""
+def family(model: nn.Module) -> Family:
+    """``"bert"``, ``"gpt2"`` or ``"llama"``; ``TypeError`` for any other module."""
     if isinstance(model, BertModel):
         return "bert"
     if isinstance(model, GPT2Model):
         return "gpt2"
-    raise TypeError(f"expected a BertModel or GPT2Model (see lipnb.models.load); got {type(model).__name__}")
+    if isinstance(model, LlamaModel):
+        return "llama"
+    raise TypeError("expected a BertModel, GPT2Model or LlamaModel (see lipnb.models.load); "
+                    f"got {type(model).__name__}")
 
 
 def is_decoder(model: nn.Module) -> bool:
-    """Whether the model's self-attention is causal (Def 2.5): GPT-2 always, BERT when ``is_decoder``."""
-    return family(model) == "gpt2" or bool(model.config.is_decoder)
+    """Whether the model's self-attention is causal (Def 2.5): GPT-2 and Llama always, BERT when ``is_decoder``."""
+    return family(model) != "bert" or bool(model.config.is_decoder)
 
 
 def num_layers(model: nn.Module) -> int:
@@ -220,17 +260,20 @@ def num_layers(model: nn.Module) -> int:
 
 
 def layer_module(model: nn.Module, layer: int) -> nn.Module:
-    """The ``layer``-th transformer layer (``BertLayer`` or ``GPT2Block``), range-checked."""
-    layers = model.encoder.layer if family(model) == "bert" else model.h
+    """The ``layer``-th transformer layer (``BertLayer``, ``GPT2Block`` or ``LlamaDecoderLayer``), range-checked."""
+    fam = family(model)
+    layers = model.encoder.layer if fam == "bert" else model.h if fam == "gpt2" else model.layers
     layer = check_positive_int(layer, "layer", minimum=0)
     if not layer < len(layers):
         raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
     return layers[layer]
 
 
-def _check_kind(kind: str) -> None:
+def check_kind(kind: object) -> MapKind:
+    """``kind`` if it is one of :data:`KINDS`, else ``ValueError`` naming the valid kinds."""
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    return kind  # type: ignore[return-value]
 
 
 def _multihead(
@@ -262,6 +305,8 @@ def head_matrices(model: nn.Module, layer: int) -> MultiHead:
     ``Conv1D`` stores ``(in, out)``; ``c_attn`` packs Q, K, V side by side and ``c_proj`` is the output.
     ``W_h`` is the output projection's columns ``h*k:(h+1)*k``.
     """
+    if family(model) == "llama":
+        raise TypeError("head_matrices reads BERT and GPT-2 layers; for a Llama model see lipnb.llama")
     block = layer_module(model, layer)
     with torch.no_grad():
         if family(model) == "bert":
@@ -273,6 +318,18 @@ def head_matrices(model: nn.Module, layer: int) -> MultiHead:
         q_bias, _, v_bias = attn.c_attn.bias.split(attn.split_size)
         return _multihead(q, q_bias, k, v, v_bias, attn.c_proj.weight.T, attn.c_proj.bias,
                           attn.num_heads, attn.scaling)
+
+
+def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
+    """Def 2.1's ``A_h`` of head ``head`` of layer ``layer``, for every family (Llama: at relative position 0)."""
+    if family(model) == "llama":
+        from .llama import head_A as llama_head_A
+
+        return llama_head_A(model, layer, head)
+    heads = head_matrices(model, layer)
+    if not 0 <= head < heads.num_heads:
+        raise ValueError(f"head must be in 0..{heads.num_heads - 1}; got {head}")
+    return heads.A[head]
 
 
 def _causal_mask(X: Tensor) -> Tensor:
@@ -320,9 +377,12 @@ def _block_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
 _MAPS = {"self": _self_map, "block": _block_map}
 
 
-def _closed_form(model: nn.Module, layer: int, kind: str) -> MultiHeadMap | ResidualAttentionMap:
-    """``attention_map(model, layer, kind)`` built from the layer's weights, with closed-form products."""
-    heads, masked = head_matrices(model, layer), is_decoder(model)
+def _closed_form(model: nn.Module, layer: int, kind: MapKind, head: int,
+                 masked: bool) -> MultiHeadMap | ResidualAttentionMap:
+    """``attention_map(model, layer, kind, head=head, masked=masked)`` from the weights, with closed-form products."""
+    heads = head_matrices(model, layer)
+    if kind == "head":
+        return MultiHeadMap(single_head(heads, head), masked=masked)
     if kind == "mha" or (kind == "self" and family(model) == "gpt2"):
         return MultiHeadMap(heads, masked=masked)
     if kind == "self":
@@ -336,27 +396,36 @@ def _closed_form(model: nn.Module, layer: int, kind: str) -> MultiHeadMap | Resi
 class LayerMap:
     """What :func:`attention_map` returns: a map ``(B, n, d) -> (B, n, d')`` that knows its Jacobian.
 
-    Calling it runs the Hugging Face module (``"self"``, ``"block"``) or Def 2.2 (``"mha"``), under
+    Calling it runs the Hugging Face module (``"self"``, ``"block"``) or Def 2.2 (``"mha"``, ``"head"``), under
     autograd and ``torch.func`` alike. :meth:`linearize` gives the closed-form products of
     :meth:`closed_form` (Lemma C.2, composed with the residual and LayerNorm for ``"block"``), which
     :func:`lipnb.local_lipschitz` uses; ``lambda X: f(X)`` hides them and forces autograd. The closed
     form is rebuilt whenever the layer's weights change, move or change dtype.
     """
 
-    def __init__(self, model: nn.Module, layer: int, kind: str) -> None:
-        _check_kind(kind)
-        self.model, self.layer, self.kind = model, layer, kind
+    def __init__(self, model: nn.Module, layer: int, kind: MapKind, *, head: int = 0,
+                 masked: bool | None = None) -> None:
+        check_kind(kind)
+        self.model, self.layer, self.kind, self.head = model, layer, kind, head
+        self.masked = is_decoder(model) if masked is None else bool(masked)
+        if kind in MODULE_KINDS and self.masked != is_decoder(model):
+            raise ValueError(f"kind={kind!r} runs the module as the model does; for the other masking load the "
+                             "twin model (UNMASKED_TWIN) or use kind='mha'/'head'")
+        if kind == "head":
+            num_heads = head_matrices(model, layer).num_heads
+            if not 0 <= head < num_heads:
+                raise ValueError(f"head must be in 0..{num_heads - 1}; got {head}")
         self.params = list(layer_module(model, layer).parameters())
-        self._module = _MAPS[kind](model, layer) if kind in _MAPS else None
+        self._module = _MAPS[kind](model, layer) if kind in MODULE_KINDS else None
         self._key: tuple | None = None
         self._map: MultiHeadMap | ResidualAttentionMap | None = None
 
     def closed_form(self) -> MultiHeadMap | ResidualAttentionMap:
-        """The layer as a :class:`~lipnb.jacobian.MultiHeadMap` (``"mha"``, ``"self"``) or a
+        """The layer as a :class:`~lipnb.jacobian.MultiHeadMap` (``"head"``, ``"mha"``, ``"self"``) or a
         :class:`~lipnb.sublayers.ResidualAttentionMap` (``"block"``) of its current weights."""
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in self.params)
         if key != self._key or self._map is None:
-            self._key, self._map = key, _closed_form(self.model, self.layer, self.kind)
+            self._key, self._map = key, _closed_form(self.model, self.layer, self.kind, self.head, self.masked)
         return self._map
 
     def __call__(self, X: Tensor) -> Tensor:
@@ -373,11 +442,15 @@ class LayerMap:
         return self.closed_form().flops(n)
 
 
-def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> LayerMap:
+def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: int = 0,
+                  masked: bool | None = None) -> LayerMap | Callable[[Tensor], Tensor]:
     """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
 
+    The one place that decides what each :data:`MapKind` means in each :data:`Family`.
+    ``"head"``: head ``head`` alone, Def 2.1 with its biases and value map ``W_h V_h`` (no output bias).
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
-    no residual, no LayerNorm: the map the theorems bound.
+    no residual, no LayerNorm: the map the theorems bound. ``masked`` overrides the model's causality for
+    these two (``None``: the model's own).
     ``"self"``: the HF self-attention module. BERT: ``BertSelfAttention``, the heads' outputs
     concatenated, before the output projection (d' = H k). GPT-2: ``GPT2Attention``, with ``c_proj``
     (so it equals ``"mha"``).
@@ -386,8 +459,17 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> LayerMap:
     Every kind is a :class:`LayerMap` with closed-form Jacobian products, so
     :func:`lipnb.local_lipschitz` needs no autograd. ``X`` must be in the model's dtype and device;
     the map follows later ``model.double()``/``.to``. Inputs: :func:`attention_inputs` with the same ``kind``.
+    Llama (:mod:`lipnb.llama`): ``"mha"`` only, causal, with rotary positions unless the model was loaded as
+    ``"llama-random-norope"``.
     """
-    return LayerMap(model, layer, kind)
+    check_kind(kind)
+    if family(model) == "llama":
+        if kind != "mha" or masked is False:
+            raise ValueError("a Llama model has the causal kind='mha' map only (see lipnb.llama)")
+        from .llama import attention_map as llama_map
+
+        return llama_map(model, layer, rotary=getattr(model.config, "rotary", True))
+    return LayerMap(model, layer, kind, head=head, masked=masked)
 
 
 class StopForward(Exception):
@@ -411,15 +493,20 @@ def attention_inputs(
     ``BertSelfAttention``). GPT-2, ``"mha"``/``"self"``: ``ln_1`` of the hidden state entering block
     ``layer`` (what ``GPT2Attention`` receives); ``"block"``: the hidden state entering the block.
     Captured by forward pre-hooks in one ``torch.no_grad`` forward, stopped after the last layer asked
-    for; a sequence of layers gives ``{layer: tensor}``.
+    for; a sequence of layers gives ``{layer: tensor}``. Llama: :func:`lipnb.llama.attention_inputs`.
     """
-    _check_kind(kind)
+    check_kind(kind)
     _check_eval(model)
     layers = [layer] if isinstance(layer, int) else list(layer)
     if not layers:
         raise ValueError("no layer given")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (batch, n); got shape {tuple(input_ids.shape)}")
+    if family(model) == "llama":
+        from .llama import attention_inputs as llama_inputs
+
+        captured = llama_inputs(model, layers, input_ids)
+        return captured[layer] if isinstance(layer, int) else captured
     captured: dict[int, Tensor] = {}
     last = max(layers)
 

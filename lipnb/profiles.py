@@ -1,5 +1,7 @@
 """Run profiles: ``quick`` (offline stand-in models, small grids) and ``paper`` (Sec. 5's models and grids).
 
+A :class:`Profile` holds every model name, grid and training setting the chapters read.
+
 The profile is chosen by ``lipnb.profiles.set_profile(name)`` (one line at the top of a notebook),
 else by the environment variable ``LIPNB_PROFILE``, else ``quick``.
 """
@@ -7,7 +9,9 @@ else by the environment variable ``LIPNB_PROFILE``, else ``quick``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import torch
 
@@ -18,7 +22,16 @@ ENV_VAR = "LIPNB_PROFILE"
 
 @dataclass(frozen=True)
 class Profile:
-    """The models (names for :func:`lipnb.models.load`) and the grids of one run of the book."""
+    """Every setting of one run of the book: model names (for :func:`lipnb.models.load`) and grids.
+
+    Part I (chapters 1-9) measures single layers on ``lengths`` x ``per_length`` Alice sequences. Part II
+    (chapters 10-14, Sec. 5) measures every layer of ``encoder``, ``decoder`` and ``gpt2`` on
+    ``text_per_length`` sequences per length of ``alice_lengths`` and ``ag_news_lengths``; ``jump_lengths``
+    past the trained context; Lemma C.7's input at ``adversarial_lengths`` on every head of every layer
+    (``every_adversarial_layer``) or of the first, middle and last layer; random GPT-2 from ``seeds``.
+    Part III trains character-level models (:mod:`lipnb.charlm`) of sizes ``char_lm`` (the fields of
+    ``CharLMConfig``) at depths ``char_lm_depths``.
+    """
 
     name: str
     encoder: str
@@ -26,7 +39,15 @@ class Profile:
     gpt2: str
     lengths: tuple[int, ...]
     per_length: int
-    batch_max: int
+    alice_lengths: tuple[int, ...]
+    ag_news_lengths: tuple[int, ...]
+    text_per_length: int
+    jump_lengths: tuple[int, ...]
+    adversarial_lengths: tuple[int, ...]
+    every_adversarial_layer: bool
+    seeds: tuple[int, ...]
+    char_lm: Mapping[str, float]
+    char_lm_depths: tuple[int, ...]
 
 
 PROFILES: dict[str, Profile] = {
@@ -37,16 +58,32 @@ PROFILES: dict[str, Profile] = {
         gpt2="gpt2-random",
         lengths=(8, 16, 32, 64, 128),
         per_length=3,
-        batch_max=8,
+        alice_lengths=(4, 8, 16, 32, 64, 128),
+        ag_news_lengths=(4, 8, 16, 32, 64, 128),
+        text_per_length=2,
+        jump_lengths=(64, 96, 128, 160, 192, 256, 384, 512),
+        adversarial_lengths=(2, 4, 8, 16, 32, 64, 97),
+        every_adversarial_layer=False,
+        seeds=(0, 1, 2),
+        char_lm=MappingProxyType({"d": 32, "heads": 2, "context": 32, "batch": 32, "steps": 250, "lr": 3e-3}),
+        char_lm_depths=(2, 4),
     ),
     "paper": Profile(
         name="paper",
         encoder="bert-base-uncased",
         decoder="bert-base-uncased-decoder",
-        gpt2="gpt2",
+        gpt2="gpt2-random",  # Sec. 5 measures a randomly initialised GPT-2 (see real_text.PAPER)
         lengths=tuple(range(2, 513, 2)),
         per_length=10,
-        batch_max=64,
+        alice_lengths=tuple(range(2, 100, 2)),
+        ag_news_lengths=tuple(range(2, 513, 10)),
+        text_per_length=10,
+        jump_lengths=tuple(range(64, 513, 32)),
+        adversarial_lengths=tuple(range(2, 100, 5)),
+        every_adversarial_layer=True,
+        seeds=(0, 1, 2, 3, 4),
+        char_lm=MappingProxyType({"d": 256, "heads": 8, "context": 128, "batch": 64, "steps": 5000, "lr": 1e-3}),
+        char_lm_depths=(2, 6, 12),
     ),
 }
 

@@ -5,13 +5,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .results import ResultTable
 
 __all__ = [
     "LineFit",
     "bootstrap_slope",
     "fit_line",
+    "growth_fits",
     "power_law_break",
     "student_interval",
 ]
@@ -131,3 +138,29 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
     found = p < alpha and (abs(math.log(jump)) >= math.log(min_jump) or abs(b[1] - a[1]) >= min_slope_change)
     return {"break_n": round(math.exp(at)) if found else math.nan, "p": p, "slope_before": a[1],
             "slope_after": b[1], "jump": jump}
+
+
+def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
+    """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
+    ``C = e^intercept`` (Student interval when every length has one input), and :func:`power_law_break`'s
+    verdict where there are enough lengths."""
+    import pandas as pd
+
+    frame = table if isinstance(table, pd.DataFrame) else table.frame
+    rows = []
+    for key, group in frame.groupby(list(by), sort=True):
+        lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()
+        ly = torch.tensor(group[y].to_numpy(), dtype=torch.float64).log()
+        if group[x].nunique() == len(group):
+            fit = fit_line(lx, ly)
+            slope, low, high = fit.slope, fit.low, fit.high
+        else:
+            slope, low, high = bootstrap_slope(lx, ly, resamples=500)
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())))
+        if group[x].nunique() >= 6:
+            verdict = power_law_break(group[x], group[y])
+            row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"],
+                       slope_before=verdict["slope_before"], slope_after=verdict["slope_after"])
+        rows.append(row)
+    return pd.DataFrame(rows)

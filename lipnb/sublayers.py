@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import check_tokens
+from .checks import check_tokens
 from .jacobian import AttentionLinearization, MultiHeadMap
 from .normalization import LayerNormLinearization, layer_norm
 

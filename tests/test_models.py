@@ -178,7 +178,7 @@ def test_maps_equal_the_models_own_computation(loaded: dict[str, tuple], double:
     ids = _ids(loaded, name)
     io = _io(model, layer, ids)
     expected = {"mha": io["mha_out"], "self": io.get("self_out", io["mha_out"]), "block": io["block_out"]}
-    for kind in models.KINDS:
+    for kind in expected:  # "head": test_head_and_mha_maps_match_the_module
         X = models.attention_inputs(model, layer, ids, kind=kind)
         torch.testing.assert_close(X, io["block_in" if kind == "block" else "attn_in"], rtol=0, atol=0)
         torch.testing.assert_close(models.attention_map(model, layer, kind)(X), expected[kind],
@@ -324,7 +324,7 @@ def test_map_follows_the_models_dtype_and_any_batch(loaded: dict[str, tuple]) ->
 def test_bad_arguments(loaded: dict[str, tuple]) -> None:
     model = loaded["minilm"][0]
     ids = _ids(loaded, "minilm")
-    with pytest.raises(ValueError, match="unknown kind 'attn'; valid kinds: mha, self, block"):
+    with pytest.raises(ValueError, match="unknown kind 'attn'; valid kinds: mha, self, block, head"):
         models.attention_map(model, 0, "attn")
     with pytest.raises(ValueError, match="unknown kind"):
         models.attention_inputs(model, 0, ids, kind="attn")
@@ -334,7 +334,7 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
         models.attention_inputs(model, 0, ids[0])
     with pytest.raises(ValueError, match="hidden size 384"):
         models.attention_map(model, 0)(torch.zeros(1, 3, 5))
-    with pytest.raises(TypeError, match="BertModel or GPT2Model"):
+    with pytest.raises(TypeError, match="BertModel, GPT2Model or LlamaModel"):
         models.head_matrices(nn.Linear(2, 2), 0)
 
 
@@ -363,3 +363,63 @@ def test_maps_and_inputs_follow_a_gpu_model(loaded: dict[str, tuple], kind: str)
     assert Xg.device.type == "cuda"
     on_gpu = local_lipschitz(models.attention_map(model, 1, kind), Xg)
     torch.testing.assert_close(on_gpu.cpu(), on_cpu, rtol=1e-4, atol=0)
+
+
+# -- one place per family -----------------------------------------------------------------------
+
+
+def test_head_and_mha_maps_match_the_module(loaded: dict[str, tuple]) -> None:
+    """``"mha"`` (masked) is the HF module's output projection of the heads; ``"head"`` is one of its heads."""
+    decoder = loaded["minilm-decoder"][0]
+    X = torch.randn(2, 7, 384, generator=torch.Generator().manual_seed(0))
+    sa = decoder.encoder.layer[2].attention.self
+    mask = torch.full((7, 7), torch.finfo(X.dtype).min).triu(1)[None, None]
+    context = sa(X, attention_mask=mask)[0]
+    dense = decoder.encoder.layer[2].attention.output.dense
+    torch.testing.assert_close(models.attention_map(decoder, 2, "mha")(X), dense(context), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(models.attention_map(decoder, 2, "head", head=3)(X), context[..., 96:128],
+                               rtol=1e-4, atol=1e-4)
+    unmasked = sa(X)[0]
+    torch.testing.assert_close(models.attention_map(decoder, 2, "head", head=3, masked=False)(X),
+                               unmasked[..., 96:128], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(models.head_A(decoder, 2, 3), models.head_matrices(decoder, 2).A[3])
+
+
+def test_attention_map_rejects_bad_arguments(loaded: dict[str, tuple]) -> None:
+    decoder = loaded["minilm-decoder"][0]
+    with pytest.raises(ValueError, match="kind"):
+        models.attention_map(decoder, 0, "nope")
+    with pytest.raises(ValueError, match="twin"):
+        models.attention_map(decoder, 0, "self", masked=False)
+    with pytest.raises(ValueError, match="head"):
+        models.attention_map(decoder, 0, "head", head=12)
+    with pytest.raises(ValueError, match="head"):
+        models.head_A(decoder, 0, 12)
+
+
+def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
+    """A Llama model: the ``"mha"`` map and its inputs come from :mod:`lipnb.llama` (rotary unless ``-norope``)."""
+    from lipnb import llama
+
+    model, tokenizer = models.load("llama-random")
+    ids = tokenizer("Alice was beginning to get very tired", return_tensors="pt")["input_ids"]
+    assert models.family(model) == "llama" and models.is_decoder(model) and models.num_layers(model) == 4
+    X = models.attention_inputs(model, 1, ids)
+    torch.testing.assert_close(X, llama.attention_inputs(model, [1], ids)[1])
+    torch.testing.assert_close(models.attention_map(model, 1)(X), llama.attention_map(model, 1)(X))
+    norope = models.load("llama-random-norope")[0]
+    torch.testing.assert_close(models.attention_map(norope, 1)(X), llama.attention_map(model, 1, rotary=False)(X))
+    torch.testing.assert_close(models.head_A(model, 1, 2), llama.head_A(model, 1, 2))
+    with pytest.raises(ValueError, match="Llama"):
+        models.attention_map(model, 1, "block")
+    with pytest.raises(TypeError, match=r"lipnb\.llama"):
+        models.head_matrices(model, 1)
+
+
+def test_random_gpt2_seeds() -> None:
+    """``"gpt2-random:SEED"`` is GPT-2 small from another seed; seed 0 is ``"gpt2-random"``."""
+    zero, other = models.load("gpt2-random")[0], models.load("gpt2-random:1")[0]
+    assert torch.equal(models.load("gpt2-random:0")[0].h[0].attn.c_attn.weight, zero.h[0].attn.c_attn.weight)
+    assert not torch.equal(other.h[0].attn.c_attn.weight, zero.h[0].attn.c_attn.weight)
+    with pytest.raises(ValueError, match="gpt2-random:SEED"):
+        models.load("gpt2-random:x")

@@ -11,18 +11,29 @@ raises ``AssertionError`` under the mutation, and ``test_catchers_pass`` that ea
 A mutation that no check catches is a finding: it means a chapter's assertion could not fail. The
 mutations below that needed a new check when this test was written (issue 12) are marked ``new check``.
 Everything is float64 and small, so the whole module runs in seconds.
+
+``SOURCE_MUTATIONS`` go further: each edits one line inside an implementation (the closed-form Jacobian
+products of ``MultiHeadMap``, the Krylov solvers, a sweep), recompiles it from its source, and runs the
+chapter's own cells (read from ``book/NN_name.md``) up to the cell holding the check that must fail; the
+test asserts that this check, printed by ``lipnb.report.check``, fails.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import sys
+import textwrap
 from collections.abc import Callable
+from pathlib import Path
 
+import jupytext
+import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from lipnb import attention, bounds, flow, inputs, jacobian, lipschitz, measures, normalization
+from lipnb import attention, bounds, flow, inputs, jacobian, krylov, lipschitz, measures, normalization, real_text
 
 f64 = torch.float64
 
@@ -416,3 +427,82 @@ def test_mutation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for catcher in catchers:
         with pytest.raises(AssertionError):
             catcher()
+
+
+# ----------------------------------------------------------------------------- source mutations
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+
+def _recompiled(owner: object, name: str, old: str, new: str) -> Callable:
+    """``owner.name`` (a function of a module, or a method of a class) recompiled from its source with the one
+    occurrence of ``old`` replaced by ``new``, in its module's namespace."""
+    func = inspect.getattr_static(owner, name)
+    source = textwrap.dedent(inspect.getsource(func))
+    if source.count(old) != 1:
+        raise ValueError(f"{name}: {old!r} occurs {source.count(old)} times in its source, not once")
+    namespace = dict(vars(sys.modules[func.__module__]))
+    exec(compile(source.replace(old, new), inspect.getsourcefile(func), "exec"), namespace)
+    return namespace[name]
+
+
+def run_chapter(name: str, until: str) -> None:
+    """Run the code cells of ``book/<name>.md`` in order, in one namespace, through the first cell containing
+    ``until``; magics (``%matplotlib``) are skipped."""
+    namespace: dict[str, object] = {}
+    try:
+        for cell in jupytext.read(BOOK / f"{name}.md").cells:
+            if cell.cell_type != "code":
+                continue
+            code = "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
+            exec(compile(code, f"{name}.md", "exec"), namespace)
+            if until in cell.source:
+                return
+    finally:
+        plt.close("all")
+    raise ValueError(f"{name}.md has no code cell containing {until!r}")
+
+
+SOURCE_MUTATIONS: dict[str, tuple[object, str, str, str, str, str]] = {
+    # name: (owner, function, old source, new source, chapter, claim of the check that must fail)
+    "MultiHeadMap jvp: covariance term with the wrong sign": (
+        jacobian.AttentionLinearization, "jvp",
+        "dO.sub_(T.sum(-1, keepdim=True) * self.Oh)", "dO.add_(T.sum(-1, keepdim=True) * self.Oh)",
+        "10_performance", "mha: the closed form equals the module",
+    ),
+    "MultiHeadMap vjp: scores' cotangent not centred": (
+        jacobian.AttentionLinearization, "vjp",
+        "dS.sub_((dO * self.Oh).sum(-1, keepdim=True)).mul_(self.P)", "dS.mul_(self.P)",
+        "10_performance", "mha: the closed form equals the module",
+    ),
+    "lanczos: stops on a residual of 1, whatever the tolerance": (
+        krylov, "lanczos",
+        "converged = (res <= tol) | invariant", "converged = (res <= 1.0) | invariant",
+        "01_self_attention", "along the top singular direction the shortest secant reaches the supremum",
+    ),
+    "power_iteration: stops on a residual of 1, whatever the tolerance": (
+        krylov, "power_iteration",
+        "converged = (res <= tol) | (th <= 0)", "converged = (res <= 1.0) | (th <= 0)",
+        "01_self_attention", "power: the estimate equals the dense SVD's",
+    ),
+    "real_text_sweep: column sums of P taken over the wrong axis": (
+        real_text, "_bound_columns",
+        "P.sum(-2).flatten(1)", "P.sum(-1).flatten(1)",
+        "03_sqrt_n_bound", "the sink's exponent interval lies above the local constant's",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(SOURCE_MUTATIONS))
+def test_source_mutation_fails_the_chapters_check(name: str, monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    """Under the edited implementation, the chapter's own check fails (an empty results cache, so no sweep is
+    read from a run of the real code)."""
+    owner, function, old, new, chapter, claim = SOURCE_MUTATIONS[name]
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setattr(owner, function, _recompiled(owner, function, old, new))
+    if owner is krylov:  # lipschitz holds the solvers under its own names
+        monkeypatch.setattr(lipschitz, function, getattr(krylov, function))
+    with pytest.raises(AssertionError, match=f"check failed: [^|]*{claim}"):
+        run_chapter(chapter, claim.split(": ")[-1])

@@ -21,14 +21,16 @@ def test_quick_is_the_offline_default() -> None:
     p = profiles.profile()
     assert p == profiles.PROFILES["quick"]
     assert (p.name, p.encoder, p.decoder, p.gpt2) == ("quick", "minilm", "minilm-decoder", "gpt2-random")
-    assert (p.lengths, p.per_length, p.batch_max) == ((8, 16, 32, 64, 128), 3, 8)
+    assert (p.lengths, p.per_length) == ((8, 16, 32, 64, 128), 3)
+    assert (p.alice_lengths, p.text_per_length, p.every_adversarial_layer) == ((4, 8, 16, 32, 64, 128), 2, False)
 
 
 def test_paper_profile_uses_the_hub_models_and_full_grid() -> None:
     p = profiles.PROFILES["paper"]
-    assert (p.encoder, p.decoder, p.gpt2) == ("bert-base-uncased", "bert-base-uncased-decoder", "gpt2")
+    assert (p.encoder, p.decoder, p.gpt2) == ("bert-base-uncased", "bert-base-uncased-decoder", "gpt2-random")
     assert p.lengths == tuple(range(2, 513, 2)) and len(p.lengths) == 256
-    assert (p.per_length, p.batch_max) == (10, 64)
+    assert (p.per_length, p.text_per_length, p.every_adversarial_layer) == (10, 10, True)
+    assert max(p.ag_news_lengths) <= 512 and p.alice_lengths == tuple(range(2, 100, 2))
 
 
 def test_profile_names_are_models_lipnb_can_load() -> None:
@@ -68,3 +70,13 @@ def test_profiles_are_frozen() -> None:
 def test_default_device() -> None:
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert profiles.default_device() == torch.device(expected)
+
+
+def test_profiles_hold_the_char_lm_settings() -> None:
+    """Part III's training settings are a profile's too: they build ``CharLMConfig`` (read-only)."""
+    from lipnb.charlm import CharLMConfig, char_lm_configs
+
+    for name, p in profiles.PROFILES.items():
+        assert (CharLMConfig(**p.char_lm), p.char_lm_depths) == char_lm_configs(name)
+        with pytest.raises(TypeError):
+            p.char_lm["steps"] = 1  # type: ignore[index]

@@ -1,27 +1,23 @@
-"""The sweeps of :mod:`lipnb.sweeps`: Lemma C.7 constants, the synthetic and real bound sweeps (cached),
+"""The sweeps of :mod:`lipnb.synthetic`: Lemma C.7 constants, the synthetic bound sweep (cached),
 the large-radius error and the quadratic growth slopes."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import random_attention_problem
 
-from lipnb import data, exact_local_lipschitz, self_attention
+from lipnb import exact_local_lipschitz, self_attention
 from lipnb.bounds import gamma, lemma_c_7, lemma_c_7_sharpened
 from lipnb.inputs import lemma_c_7_input, random_head
 from lipnb.jacobian import score_gaps
 from lipnb.stats import fit_line
-from lipnb.sweeps import (
-    head_gamma_table,
+from lipnb.synthetic import (
     large_radius_error,
     lemma_c_7_constants,
     quadratic_growth_slopes,
-    real_adversarial_sweep,
-    real_lipschitz_sweep,
     synthetic_bound_sweep,
 )
 
@@ -63,25 +59,6 @@ def test_synthetic_sweep_respects_both_bounds(tmp_path, monkeypatch: pytest.Monk
     assert again.where(inputs="random")["lip"].equal(result.where(inputs="random")["lip"])
 
 
-def test_real_sweeps_on_a_tiny_grid(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
-    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
-    if folder is None:
-        pytest.skip("no pre-seeded Alice text")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
-    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
-    real = real_lipschitz_sweep("minilm", 1, [4, 8], 1)
-    assert real["n"].tolist() == [4.0, 8.0]
-    assert bool((real["lip"] <= real["data_bound"]).all() and (real["data_bound"] <= real["bound"]).all())
-    assert bool((real["mean_radius"] <= real["radius"]).all())
-    table = head_gamma_table("minilm", [8], 1)
-    gammas = table.pivot("gamma", "layer", "head")
-    assert gammas.shape == (6, 12) and bool((gammas > 0).all())
-    radius = table.pivot("radius", "layer", "head")[:, 0]
-    adv = real_adversarial_sweep("minilm", 1, 0, radius[1].item(), [4, 8])
-    assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())
-
-
 @pytest.mark.parametrize("masked", [False, True])
 def test_large_radius_error_decays_at_the_gap_rate(gen: torch.Generator, masked: bool) -> None:
     X, A, V = random_attention_problem(gen)
@@ -94,8 +71,11 @@ def test_large_radius_error_decays_at_the_gap_rate(gen: torch.Generator, masked:
     assert abs(rate / gap - 1) < 0.05
 
 
-def test_quadratic_growth_slopes_are_two() -> None:
+def test_quadratic_growth_slopes_are_two(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
     radii = torch.logspace(1, 3, 5, dtype=F64)
-    constants, slopes = quadratic_growth_slopes(5, 3, radii, 4, seed=1)
+    table = quadratic_growth_slopes(5, 3, radii, 4, seed=1)
+    constants, slopes = table.pivot("lip", "replicate", "radius"), table.pivot("slope", "replicate", "radius")[:, 0]
     assert constants.shape == (4, 5) and slopes.shape == (4,)
+    torch.testing.assert_close(table.pivot("radius", "replicate", "radius")[0], radii)
     assert bool(((slopes - 2).abs() < 0.05).all())
