@@ -23,6 +23,7 @@ from transformers import LlamaConfig, LlamaModel
 
 from . import data
 from .attention import check_tokens, mask_future
+from .inputs import HeadSpectrum, head_spectra
 from .lipschitz import local_lipschitz
 from .models import StopForward, forward_with_hooks
 from .results import ResultTable, cached_table, progress
@@ -35,12 +36,14 @@ __all__ = [
     "RotaryAttentionMap",
     "RotaryBlockMap",
     "RotaryLinearization",
+    "aligned_input",
     "attention_inputs",
     "attention_map",
     "growth_sweep",
     "head_A",
     "head_matrices",
     "is_llama",
+    "offset_spectra",
     "random_llama",
     "rotate",
 ]
@@ -329,6 +332,27 @@ def head_matrices(model: nn.Module, layer: int, offsets: Sequence[int] = (0,)) -
     return K.mT @ RQ * attn.scaling
 
 
+def offset_spectra(model: nn.Module, layer: int, offsets: Sequence[int]) -> HeadSpectrum:
+    """Prop. 3.4's ``γ_h`` of ``A_h(m)`` for each offset ``m`` and head ``h``, fields ``(len(offsets), H)``.
+
+    The non-zero eigenvalues of ``A_h(m) = s K_gᵀ (R_m Q_h)`` are those of the ``k x k`` matrix ``s R_m Q_h K_gᵀ``;
+    ``0`` is one more (``k < d``): :func:`lipnb.inputs.head_spectra` of that matrix bordered by a zero row and column.
+    """
+    attn = _check(model, layer)
+    H, k = model.config.num_attention_heads, attn.head_dim
+    if k >= attn.q_proj.weight.shape[1]:
+        raise ValueError(f"the k x k reduction needs head size k < d; got k = {k}")
+    Q = attn.q_proj.weight.detach().double().view(H, k, -1)
+    K = attn.k_proj.weight.detach().double().view(-1, k, Q.shape[-1]).repeat_interleave(attn.num_key_value_groups, 0)
+    angles = torch.as_tensor(offsets, dtype=torch.float64)[:, None, None, None] * _rotary_frequencies(model)
+    cores = rotate((Q @ K.mT).mT[None], angles).mT * attn.scaling        # (M, H, k, k): R_m (Q_h K_gᵀ)
+    bordered = torch.nn.functional.pad(cores, (0, 1, 0, 1)).flatten(0, 1)
+    spectra = head_spectra(bordered)
+    shape = cores.shape[:2]
+    return HeadSpectrum(*(t.view(shape) for t in (spectra.largest, spectra.smallest, spectra.gamma,
+                                                  spectra.positive)))
+
+
 def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
     """Def 2.1: ``A_h = K_gᵀ Q_h · scaling`` of head ``h`` and its key-value group ``g`` (offset 0, no rotation)."""
     attn = _check(model, layer)
@@ -391,3 +415,24 @@ def growth_sweep(model: nn.Module, tokenizer: object, name: str, text: str, laye
         return pd.concat(rows, ignore_index=True).to_dict("list")
 
     return cached_table("llama_growth", params, compute)
+
+
+def aligned_input(model: nn.Module, layer: int, head: int, Y: Tensor) -> Tensor:
+    """The input on which head ``head`` with rotary positions computes what it computes on ``Y`` without them.
+
+    With ``M = [Q_h; K_g; V_g]`` of full row rank ``3k <= d``, ``x_j = y_j + M⁺ (D_j - I) M y_j`` with ``D_j =
+    diag(R_jᵀ, R_jᵀ, I)`` gives ``R_j Q_h x_j = Q_h y_j``, ``R_j K_g x_j = K_g y_j``, ``V_g x_j = V_g y_j``: every score
+    and value of ``Y`` at offset zero. ``x_j = T_j y_j`` is linear in ``y_j``; ``T_0 = I``. ``Y`` ``(B, n, d)``.
+    """
+    f = attention_map(model, layer, head=head)
+    check_tokens(Y, "Y")
+    Wq, Wk, Wv = (w.to(Y) for w in (f.Wq, f.Wk, f.Wv))
+    M = torch.cat([Wq, Wk, Wv])
+    if int(torch.linalg.matrix_rank(M.double())) < M.shape[0]:
+        raise ValueError(f"[Q_h; K_g; V_g] of head {head} has rank below {M.shape[0]}: no aligned input")
+    k = f.head_dim
+    angles = f._angles(Y)
+    MY = Y @ M.mT                                                          # (B, n, 3k)
+    target = torch.cat([rotate(MY[..., :k], angles, transpose=True), rotate(MY[..., k:2 * k], angles, transpose=True),
+                        MY[..., 2 * k:]], dim=-1)
+    return Y + (target - MY) @ torch.linalg.pinv(M).mT

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from lipnb import llama
+from lipnb import inputs, llama
 from lipnb.lipschitz import exact_local_lipschitz, jacobian_matrix, local_lipschitz
 
 
@@ -123,6 +123,26 @@ def test_dense_jacobian_and_local_constant(model: torch.nn.Module, kind: str) ->
     torch.testing.assert_close(closed, jacobian_matrix(lambda Z: f(Z), X)[0], rtol=1e-11, atol=1e-11)
     torch.testing.assert_close(local_lipschitz(f, X, tol=1e-10), exact_local_lipschitz(lambda Z: f(Z), X),
                                rtol=1e-8, atol=0)
+
+
+def test_offset_spectra_equal_those_of_the_full_matrices(model: torch.nn.Module) -> None:
+    offsets = [0, 3, 17]
+    small = llama.offset_spectra(model, 1, offsets)
+    full = inputs.head_spectra(llama.head_matrices(model, 1, offsets).flatten(0, 1))
+    for name in ("largest", "smallest", "gamma"):
+        torch.testing.assert_close(getattr(small, name), getattr(full, name).view(3, 8), rtol=1e-9, atol=1e-12)
+    assert torch.equal(small.positive, full.positive.view(3, 8))
+
+
+def test_aligned_input_gives_the_unrotated_head(model: torch.nn.Module) -> None:
+    """A head with rotary positions on the aligned input computes what it computes on Y without them."""
+    Y = _tokens(10, seed=8)
+    for h in (0, 7):
+        X = llama.aligned_input(model, 2, h, Y)
+        torch.testing.assert_close(llama.attention_map(model, 2, head=h)(X),
+                                   llama.attention_map(model, 2, head=h, rotary=False)(Y), rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(X[:, 0], Y[:, 0], rtol=1e-12, atol=1e-12)
+        assert (X[:, 1:] - Y[:, 1:]).abs().max() > 1e-2
 
 
 def test_bad_arguments(model: torch.nn.Module) -> None:
