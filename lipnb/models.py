@@ -35,6 +35,7 @@ from transformers import (
     GPT2Config,
     GPT2Model,
     GPT2Tokenizer,
+    LlamaModel,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -386,7 +387,12 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha") -> LayerMap:
     Every kind is a :class:`LayerMap` with closed-form Jacobian products, so
     :func:`lipnb.local_lipschitz` needs no autograd. ``X`` must be in the model's dtype and device;
     the map follows later ``model.double()``/``.to``. Inputs: :func:`attention_inputs` with the same ``kind``.
+    A Llama model (``smollm2``) gets :func:`lipnb.llama.attention_map` (rotary positions, closed forms).
     """
+    if isinstance(model, LlamaModel):
+        from . import llama
+
+        return llama.attention_map(model, layer, kind)
     return LayerMap(model, layer, kind)
 
 
@@ -411,8 +417,13 @@ def attention_inputs(
     ``BertSelfAttention``). GPT-2, ``"mha"``/``"self"``: ``ln_1`` of the hidden state entering block
     ``layer`` (what ``GPT2Attention`` receives); ``"block"``: the hidden state entering the block.
     Captured by forward pre-hooks in one ``torch.no_grad`` forward, stopped after the last layer asked
-    for; a sequence of layers gives ``{layer: tensor}``.
+    for; a sequence of layers gives ``{layer: tensor}``. Llama: :func:`lipnb.llama.attention_inputs`.
     """
+    if isinstance(model, LlamaModel):
+        from . import llama
+
+        captured = llama.attention_inputs(model, [layer] if isinstance(layer, int) else layer, input_ids, kind)
+        return captured[layer] if isinstance(layer, int) else captured
     _check_kind(kind)
     _check_eval(model)
     layers = [layer] if isinstance(layer, int) else list(layer)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from lipnb import inputs, llama
+from lipnb import inputs, llama, models
 from lipnb.lipschitz import exact_local_lipschitz, jacobian_matrix, local_lipschitz
 
 
@@ -143,6 +143,16 @@ def test_aligned_input_gives_the_unrotated_head(model: torch.nn.Module) -> None:
                                    llama.attention_map(model, 2, head=h, rotary=False)(Y), rtol=1e-10, atol=1e-10)
         torch.testing.assert_close(X[:, 0], Y[:, 0], rtol=1e-12, atol=1e-12)
         assert (X[:, 1:] - Y[:, 1:]).abs().max() > 1e-2
+
+
+def test_models_routes_llama_to_these_maps(model: torch.nn.Module) -> None:
+    ids = torch.randint(0, 50257, (1, 6), generator=torch.Generator().manual_seed(2))
+    for kind in ("mha", "block"):
+        X = models.attention_inputs(model, 1, ids, kind)
+        torch.testing.assert_close(X, llama.attention_inputs(model, [1], ids, kind)[1], rtol=0, atol=0)
+        f = models.attention_map(model, 1, kind)
+        assert isinstance(f, llama.RotaryAttentionMap if kind == "mha" else llama.RotaryBlockMap)
+        torch.testing.assert_close(f(X), llama.attention_map(model, 1, kind)(X), rtol=0, atol=0)
 
 
 def test_bad_arguments(model: torch.nn.Module) -> None:
