@@ -6,8 +6,9 @@ at position ``p`` by ``R_p``, so the score of query ``i`` and key ``j`` is ``<A_
 per-offset matrix ``A_m = s K_gᵀ R_m Q_h`` (:func:`head_matrices`): Lemma C.2 holds with that per-pair matrix,
 and :class:`RotaryAttentionMap` applies its Jacobian in closed form. ``attention_map`` gives a layer's
 ``"mha"`` (what ``LlamaAttention`` computes on the tokens entering it, causal), ``"block"`` (``X +
-mha(RMSNorm(X))``) or one head, with the rotation on (as the model runs) or off. ``growth_sweep`` measures
-local constants of a Llama decoder on windows of a text.
+mha(RMSNorm(X))``) or one head, with the rotation on (as the model runs) or off. ``offset_spectra`` gives
+Prop. 3.4's ``γ_h`` per offset, ``aligned_input`` the input on which a rotary head computes the unrotated one
+(Sec. 5.2 under rotary positions), ``growth_sweep`` local constants on windows of a text.
 """
 
 from __future__ import annotations
