@@ -459,16 +459,20 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
     Every kind is a :class:`LayerMap` with closed-form Jacobian products, so
     :func:`lipnb.local_lipschitz` needs no autograd. ``X`` must be in the model's dtype and device;
     the map follows later ``model.double()``/``.to``. Inputs: :func:`attention_inputs` with the same ``kind``.
-    Llama (:mod:`lipnb.llama`): ``"mha"`` only, causal, with rotary positions unless the model was loaded as
-    ``"llama-random-norope"``.
+    Llama (:mod:`lipnb.llama`, rotary positions ``0..n-1`` unless the model was loaded as
+    ``"llama-random-norope"``, always causal): ``"mha"``/``"self"`` (the attention module), ``"block"``
+    (``X + mha(RMSNorm X)``), ``"head"`` (head ``head`` alone); closed forms there.
     """
     check_kind(kind)
     if family(model) == "llama":
-        if kind != "mha" or masked is False:
-            raise ValueError("a Llama model has the causal kind='mha' map only (see lipnb.llama)")
+        if masked is False:
+            raise ValueError("a Llama model is causal: masked=False is not available (see lipnb.llama)")
         from .llama import attention_map as llama_map
 
-        return llama_map(model, layer, rotary=getattr(model.config, "rotary", True))
+        rotary = getattr(model.config, "rotary", True)
+        if kind == "head":
+            return llama_map(model, layer, "mha", head=head, rotary=rotary)
+        return llama_map(model, layer, kind, rotary=rotary)
     return LayerMap(model, layer, kind, head=head, masked=masked)
 
 
@@ -505,7 +509,7 @@ def attention_inputs(
     if family(model) == "llama":
         from .llama import attention_inputs as llama_inputs
 
-        captured = llama_inputs(model, layers, input_ids)
+        captured = llama_inputs(model, layers, input_ids, "mha" if kind == "head" else kind)
         return captured[layer] if isinstance(layer, int) else captured
     captured: dict[int, Tensor] = {}
     last = max(layers)

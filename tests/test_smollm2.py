@@ -69,11 +69,34 @@ def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, l
     ids = tokenizer("Alice was beginning to get very tired of sitting by her sister", return_tensors="pt").input_ids
     X = llama.attention_inputs(model, [layer], ids)[layer]
     Y = llama.attention_map(model, layer)(X)[0]
-    # transformers' eager Llama attention computes the rotary cos/sin and the softmax in float32 whatever the
-    # dtype: with those in float32 the two computations agree to float64 rounding; a float64 reference
-    # throughout agrees to float32 rounding.
-    torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float32), rtol=1e-10, atol=1e-10)
-    torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float64), rtol=1e-5, atol=1e-5)
+    # The map computes the rotary angles and the softmax in float64: it agrees with a float64 reference to float64
+    # rounding, and with transformers' module (angles, cos/sin and softmax in float32) to float32 rounding.
+    torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float64), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float32), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(Y, _hf(model, layer, X)[0], rtol=1e-5, atol=1e-5)
+
+
+def _hf(model: torch.nn.Module, layer: int, X: torch.Tensor) -> torch.Tensor:
+    n = X.shape[1]
+    cos, sin = model.rotary_emb(X, torch.arange(n)[None])
+    mask = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype).triu(1)[None, None]
+    return model.layers[layer].self_attn(hidden_states=X, position_embeddings=(cos, sin), attention_mask=mask)[0]
+
+
+def test_block_and_closed_form_products(loaded: tuple) -> None:
+    model, tokenizer = loaded
+    ids = tokenizer("Down the Rabbit-Hole", return_tensors="pt").input_ids
+    H = llama.attention_inputs(model, [15], ids, "block")[15]
+    block = llama.attention_map(model, 15, "block")
+    expected = H + _hf(model, 15, model.layers[15].input_layernorm(H))
+    torch.testing.assert_close(block(H), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+    for f, X in ((block, H), (llama.attention_map(model, 15, head=4), llama.attention_inputs(model, [15], ids)[15])):
+        lin = f.linearize(X)
+        E = torch.randn(X.shape, dtype=X.dtype, generator=torch.Generator().manual_seed(0))
+        G = torch.randn(lin.output.shape, dtype=X.dtype, generator=torch.Generator().manual_seed(1))
+        jvp, vjp = torch.func.jvp(f, (X,), (E,))[1], torch.func.vjp(f, X)[1](G)[0]
+        torch.testing.assert_close(lin.jvp(E), jvp, rtol=1e-10, atol=1e-10 * jvp.abs().max().item())
+        torch.testing.assert_close(lin.vjp(G), vjp, rtol=1e-10, atol=1e-10 * vjp.abs().max().item())
 
 
 def test_it_knows_the_capital_of_france(loaded: tuple) -> None:
