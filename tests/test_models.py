@@ -398,7 +398,7 @@ def test_attention_map_rejects_bad_arguments(loaded: dict[str, tuple]) -> None:
 
 
 def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
-    """A Llama model: the ``"mha"`` map and its inputs come from :mod:`lipnb.llama` (rotary unless ``-norope``)."""
+    """A Llama model: every kind of map and its inputs come from :mod:`lipnb.llama` (rotary unless ``-norope``)."""
     from lipnb import llama
 
     model, tokenizer = models.load("llama-random")
@@ -410,8 +410,12 @@ def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
     norope = models.load("llama-random-norope")[0]
     torch.testing.assert_close(models.attention_map(norope, 1)(X), llama.attention_map(model, 1, rotary=False)(X))
     torch.testing.assert_close(models.head_A(model, 1, 2), llama.head_A(model, 1, 2))
-    with pytest.raises(ValueError, match="Llama"):
-        models.attention_map(model, 1, "block")
+    Xb = models.attention_inputs(model, 1, ids, "block")
+    torch.testing.assert_close(models.attention_map(model, 1, "block")(Xb), llama.attention_map(model, 1, "block")(Xb))
+    torch.testing.assert_close(models.attention_map(model, 1, "head", head=2)(X),
+                               llama.attention_map(model, 1, head=2)(X))
+    with pytest.raises(ValueError, match="causal"):
+        models.attention_map(model, 1, masked=False)
     with pytest.raises(TypeError, match=r"lipnb\.llama"):
         models.head_matrices(model, 1)
 
