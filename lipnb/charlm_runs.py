@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
+from functools import lru_cache
 from pathlib import Path
 
 import torch
@@ -38,9 +39,10 @@ SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32,
             "depths": (1, 2, 4), "log_every": 25, "valid_chars": 32768}
 
 
+@lru_cache(maxsize=1)
 def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
     """AG_NEWS's 7,600 test articles joined by newlines, as character ids: training split, validation split
-    (the last tenth) and the alphabet (:func:`lipnb.charlm.char_corpus`)."""
+    (the last tenth) and the alphabet (:func:`lipnb.charlm.char_corpus`); cached, so treat it as read-only."""
     return char_corpus("\n".join(ag_news_texts()))
 
 
@@ -105,8 +107,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Train every recorded run once and write the record (after each run, so that a cut-off keeps its curves)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=record_path())
+    parser.add_argument("--drift", action="store_true",
+                        help="re-run the first logged steps of every recorded run here and store the largest "
+                             "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.drift:
+        record = json.loads(args.out.read_text())
+        drift = 0.0
+        for run in record["runs"]:
+            row, ref = replay(run["kind"], run["depth"], SETTINGS["log_every"])[0], run["rows"][0]
+            drift = max(drift, abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"]))
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        record.setdefault("replay_drift", {})[capability] = {"steps": SETTINGS["log_every"], "max_abs_bpc": drift,
+                                                             "git": _git()}
+        _write(args.out, record)
+        print(f"largest difference of the first logged values under {capability}: {drift:.3g} bits/char")
+        return 0
     train, valid, alphabet = agnews_corpus()
     record = {
         "schema": 1,
