@@ -1,7 +1,7 @@
 """Character-level language models with dot-product, L2 and contractive L2 attention (Kim et al., 2021, Sec. 5).
 
-The paper trained character-level Transformers on Penn Treebank; here the text is *Alice in Wonderland*
-(:func:`lipnb.data.alice_text`). Every model has the same size: pre-LayerNorm blocks ``x + MHA(LN x)``,
+The paper trained character-level Transformers on Penn Treebank; the book trains them on AG_NEWS's text
+(:mod:`lipnb.charlm_runs`). Every model has the same size: pre-LayerNorm blocks ``x + MHA(LN x)``,
 ``x + MLP(LN x)``, causal masks; only the attention changes. ``"l2"`` is tied L2 attention (Sec. 3),
 ``"l2-contractive"`` divides its output by the 2-norm bound of Theorem 3.2 (sharpened) when it exceeds 1,
 so that every attention branch is 1-Lipschitz in the unmasked case.
@@ -11,25 +11,21 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
 from .checks import check_positive_int
-from .data import alice_text
 from .l2_bounds import phi_inverse
-from .profiles import default_device, profile
-from .results import ResultTable, cached_table, progress
 
 __all__ = [
     "Attention",
     "CharLM",
     "CharLMConfig",
+    "Kind",
     "char_corpus",
-    "char_lm_configs",
-    "char_lm_sweep",
     "ngram_bits_per_char",
     "train_char_lm",
 ]
@@ -192,35 +188,3 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
                          "seconds": time.perf_counter() - start})
             running = []
     return rows
-
-
-def char_lm_configs(profile_name: str) -> tuple[CharLMConfig, tuple[int, ...]]:
-    """The model and training sizes of a profile and its depths: ``quick`` (tiny, CPU minutes), ``paper`` (GPU)."""
-    if profile_name == "quick":
-        return CharLMConfig(d=32, heads=2, context=32, batch=32, steps=250, lr=3e-3), (2, 4)
-    if profile_name == "paper":
-        return CharLMConfig(d=256, heads=8, context=128, batch=64, steps=5000, lr=1e-3), (2, 6, 12)
-    raise ValueError(f"unknown profile {profile_name!r}: 'quick' or 'paper'")
-
-
-def char_lm_sweep(kinds: tuple[Kind, ...] = ("dot", "l2", "l2-contractive"), *, log_every: int = 10) -> ResultTable:
-    """Train every ``kind`` at every depth of the active profile on *Alice*; one row per logged step (cached CSV).
-
-    Columns ``kind, depth, step, train_bpc, valid_bpc, diverged, seconds`` (see :func:`train_char_lm`).
-    """
-    config, depths = char_lm_configs(profile().name)
-    device = default_device()
-
-    def compute() -> dict[str, list]:
-        train, valid, alphabet = char_corpus(alice_text())
-        cols: dict[str, list] = {k: [] for k in ("kind", "depth", "step", "train_bpc", "valid_bpc", "diverged",
-                                                 "seconds")}
-        for depth, kind in progress([(d, k) for d in depths for k in kinds], "char LMs"):
-            cfg = replace(config, depth=depth)
-            for row in train_char_lm(train, valid, len(alphabet), cfg, kind, device=device, log_every=log_every):
-                for key in cols:
-                    cols[key].append(kind if key == "kind" else depth if key == "depth" else row[key])
-        return cols
-
-    return cached_table("char_lm", {"config": asdict(config), "depths": list(depths), "kinds": list(kinds),
-                                    "log_every": log_every, "device": device.type}, compute)

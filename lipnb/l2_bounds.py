@@ -24,7 +24,7 @@ __all__ = [
     "softmax_distance_sum",
     "theorem_3_2_inf",
     "theorem_3_2_two",
-    "theorem_3_2_two_as_stated",
+    "theorem_3_2_two_as_printed",
 ]
 
 
@@ -82,13 +82,14 @@ def theorem_3_2_two(heads: L2Heads, N: int | Tensor, *, sharpened: bool = False)
     return N.sqrt() / heads.tau * (c * phi_inverse(N - 1) + 1) * weights
 
 
-def theorem_3_2_two_as_stated(heads: L2Heads, N: int | Tensor) -> Tensor:
-    """Theorem 3.2 (2-norm) as our theory sheet writes it, with ``|W^{Q,h}|₂`` to the first power only."""
+def theorem_3_2_two_as_printed(heads: L2Heads, N: int | Tensor) -> Tensor:
+    """Theorem 3.2 (2-norm) as Kim et al. print it: ``|W^{Q,h}|₂`` to the first power, and ``W₀(N/e)`` (their
+    value of ``φ⁻¹(N-1)``, larger than the true ``W₀((N-1)/e)``, so the most generous reading)."""
     _check_tied(heads)
     out = 1.0 if heads.W is None else _two_norm(heads.W)
     weights = (_two_norm(heads.Q).square() * _two_norm(heads.V).square()).sum().sqrt() * out
     N = torch.as_tensor(N, dtype=torch.float64)
-    return N.sqrt() / heads.tau * (4 * phi_inverse(N - 1) + 1) * weights
+    return N.sqrt() / heads.tau * (4 * phi_inverse(N) + 1) * weights
 
 
 def exact_local_lipschitz_inf(fn: Callable[[Tensor], Tensor], X: Tensor) -> Tensor:

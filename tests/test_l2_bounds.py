@@ -15,7 +15,7 @@ from lipnb.l2_bounds import (
     softmax_distance_sum,
     theorem_3_2_inf,
     theorem_3_2_two,
-    theorem_3_2_two_as_stated,
+    theorem_3_2_two_as_printed,
 )
 from lipnb.l2_tightness import maximize_l2_lipschitz, proof_start
 
@@ -63,7 +63,7 @@ def test_sheet_two_norm_statement_fails_when_the_queries_are_scaled() -> None:
     big = L2Heads(Q=8 * heads.Q, V=heads.V, W=heads.W)
     X = torch.randn(64, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) / 8
     local = exact_local_lipschitz(L2AttentionMap(big), X).max()
-    assert local > theorem_3_2_two_as_stated(big, 4)
+    assert local > theorem_3_2_two_as_printed(big, 4)
     assert local <= theorem_3_2_two(big, 4, sharpened=True)
 
 
