@@ -9,9 +9,7 @@ else by the environment variable ``LIPNB_PROFILE``, else ``quick``.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import torch
 
@@ -29,8 +27,8 @@ class Profile:
     ``text_per_length`` sequences per length of ``alice_lengths`` and ``ag_news_lengths``; ``jump_lengths``
     past the trained context; Lemma C.7's input at ``adversarial_lengths`` on every head of every layer
     (``every_adversarial_layer``) or of the first, middle and last layer; random GPT-2 from ``seeds``.
-    Part III trains character-level models (:mod:`lipnb.charlm`) of sizes ``char_lm`` (the fields of
-    ``CharLMConfig``) at depths ``char_lm_depths``.
+    Part III's language models are a recorded run, not a profile's: their settings are the record's
+    (:data:`lipnb.charlm_runs.SETTINGS`, stored with the curves).
     """
 
     name: str
@@ -46,8 +44,6 @@ class Profile:
     adversarial_lengths: tuple[int, ...]
     every_adversarial_layer: bool
     seeds: tuple[int, ...]
-    char_lm: Mapping[str, float]
-    char_lm_depths: tuple[int, ...]
 
 
 PROFILES: dict[str, Profile] = {
@@ -65,8 +61,6 @@ PROFILES: dict[str, Profile] = {
         adversarial_lengths=(2, 4, 8, 16, 32, 64, 97),
         every_adversarial_layer=False,
         seeds=(0, 1, 2),
-        char_lm=MappingProxyType({"d": 32, "heads": 2, "context": 32, "batch": 32, "steps": 250, "lr": 3e-3}),
-        char_lm_depths=(2, 4),
     ),
     "paper": Profile(
         name="paper",
@@ -82,8 +76,6 @@ PROFILES: dict[str, Profile] = {
         adversarial_lengths=tuple(range(2, 100, 5)),
         every_adversarial_layer=True,
         seeds=(0, 1, 2, 3, 4),
-        char_lm=MappingProxyType({"d": 256, "heads": 8, "context": 128, "batch": 64, "steps": 5000, "lr": 1e-3}),
-        char_lm_depths=(2, 6, 12),
     ),
 }
 

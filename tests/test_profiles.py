@@ -70,13 +70,3 @@ def test_profiles_are_frozen() -> None:
 def test_default_device() -> None:
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert profiles.default_device() == torch.device(expected)
-
-
-def test_profiles_hold_the_char_lm_settings() -> None:
-    """Part III's training settings are a profile's too: they build ``CharLMConfig`` (read-only)."""
-    from lipnb.charlm import CharLMConfig, char_lm_configs
-
-    for name, p in profiles.PROFILES.items():
-        assert (CharLMConfig(**p.char_lm), p.char_lm_depths) == char_lm_configs(name)
-        with pytest.raises(TypeError):
-            p.char_lm["steps"] = 1  # type: ignore[index]
