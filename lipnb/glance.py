@@ -45,7 +45,7 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
     PublishedNumber("adversarial C of the drawn C√n, pretrained GPT-2", 46.9, "adversarial.py:103", "gpt2"),
 )
 
-# Whose error each correction of the book corrects, by the start of its admonition title.
+# Whose error each correction of the book corrects, by the start of its admonition title (after "Correction").
 CORRECTION_TARGETS: dict[str, str] = {
     "Lemma 3.1 needs a convex set": "paper",
     "Theorem 3.3 holds with": "paper",
@@ -59,8 +59,8 @@ CORRECTION_TARGETS: dict[str, str] = {
     "the BERT-decoder adversarial panel": "published code",
     "the \"masked BERT\" panels": "published code",
     "the factor 2 in App. C.5": "the book itself (chapter 4's earlier head labels)",
-    "the Lambert-W term": "theory sheet",
-    "the 2-norm bound needs": "theory sheet",
+    "the Lambert-W term": "Kim et al.'s paper",
+    "the 2-norm bound needs": "Kim et al.'s paper",
 }
 
 

@@ -28,4 +28,4 @@ def test_verdict_names_each_case() -> None:
 def test_published_numbers_are_distinct_and_classified_targets_are_known() -> None:
     assert len({number.quantity for number in PUBLISHED}) == len(PUBLISHED)
     assert {who.split(" (")[0] for who in CORRECTION_TARGETS.values()} <= {
-        "paper", "published code", "theory sheet", "the book itself"}
+        "paper", "published code", "Kim et al.'s paper", "theory sheet", "the book itself"}
