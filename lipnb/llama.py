@@ -14,7 +14,7 @@ Prop. 3.4's ``γ_h`` per offset, ``aligned_input`` the input on which a rotary h
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -26,7 +26,7 @@ from . import data
 from .attention import check_tokens, mask_future
 from .inputs import HeadSpectrum, head_spectra
 from .lipschitz import local_lipschitz
-from .models import StopForward, forward_with_hooks
+from .models import capture_inputs
 from .results import ResultTable, cached_table, progress
 from .sublayers import SublayerLinearization
 
@@ -373,21 +373,8 @@ def attention_inputs(model: nn.Module, layers: Sequence[int], input_ids: Tensor,
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     layers = [int(i) for i in layers]
-    captured: dict[int, Tensor] = {}
-    last = max(layers)
-
-    def capture(index: int) -> Callable[..., None]:
-        def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-            captured[index] = (args[0] if args else kwargs["hidden_states"]).clone()
-            if index == last:
-                raise StopForward
-
-        return hook
-
     modules = {i: model.layers[i] if kind == "block" else _check(model, i) for i in set(layers)}
-    _check(model, last)
-    handles = [m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in modules.items()]
-    forward_with_hooks(model, input_ids, handles)
+    captured = capture_inputs(model, input_ids, modules)
     return {i: captured[i] for i in layers}
 
 

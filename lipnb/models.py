@@ -65,6 +65,7 @@ __all__ = [
     "StopForward",
     "attention_inputs",
     "attention_map",
+    "capture_inputs",
     "check_kind",
     "family",
     "forward_with_hooks",
@@ -511,8 +512,15 @@ def attention_inputs(
 
         captured = llama_inputs(model, layers, input_ids, "mha" if kind == "head" else kind)
         return captured[layer] if isinstance(layer, int) else captured
+    captured = capture_inputs(model, input_ids, {i: _input_module(model, i, kind) for i in set(layers)})
+    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
+
+
+def capture_inputs(model: nn.Module, input_ids: Tensor, modules: dict[int, nn.Module]) -> dict[int, Tensor]:
+    """The first input of each of ``modules`` (keyed by layer) in one forward of ``input_ids``, stopped once the
+    module of the largest key has received its input."""
     captured: dict[int, Tensor] = {}
-    last = max(layers)
+    last = max(modules)
 
     def capture(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -522,10 +530,9 @@ def attention_inputs(
 
         return hook
 
-    handles = [_input_module(model, i, kind).register_forward_pre_hook(capture(i), with_kwargs=True)
-               for i in set(layers)]
+    handles = [m.register_forward_pre_hook(capture(i), with_kwargs=True) for i, m in modules.items()]
     forward_with_hooks(model, input_ids, handles)
-    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
+    return captured
 
 
 def forward_with_hooks(model: nn.Module, input_ids: Tensor, handles: list) -> None:
