@@ -48,9 +48,11 @@ class NotConvergedWarning(UserWarning):
 class LipschitzResult:
     """Per-input estimates of ``||D_X f||_2`` with what is needed to trust them.
 
-    ``value``, ``iterations``, ``converged`` and ``residual`` have shape ``(B,)``; ``iterations``
+    ``value``, ``iterations``, ``converged``, ``residual`` and ``error`` have shape ``(B,)``; ``iterations``
     counts applications of ``JᵀJ`` (one JVP and one VJP each); ``residual`` is
-    ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``;
+    ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``; ``error`` bounds
+    ``||D_X f||_2 / value - 1`` (:func:`lipnb.krylov.value_error`: ``residual / 2``, or its Kato-Temple
+    sharpening by the gap for Lanczos);
     ``right_vector`` (``(B, n, d)``) is the unit input direction of fastest change and
     ``left_vector`` (``(B, n, d_out)``) the unit output direction it is sent to;
     ``presolve_iterations`` counts the products of the low-precision first run (zero without one).
@@ -64,6 +66,7 @@ class LipschitzResult:
     left_vector: Tensor
     method: str
     presolve_iterations: Tensor
+    error: Tensor
 
 
 @dataclass(frozen=True)
@@ -265,6 +268,7 @@ def local_lipschitz(
     *,
     method: Literal["lanczos", "power"] = "lanczos",
     tol: float = 1e-6,
+    rtol: float | None = None,
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
     presolve: torch.dtype | Literal["auto"] | None = "auto",
@@ -277,7 +281,10 @@ def local_lipschitz(
     :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.jacobian.MultiHeadMap`) brings its closed-form
     Jacobian products, any other is differentiated by autograd. ``method`` is ``"lanczos"`` (default)
     or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds the relative residual of the
-    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. Converged inputs stop costing
+    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. ``rtol`` (off by default) states the
+    accuracy of the value instead: an input also stops, converged, once its value is certified within a
+    relative ``rtol`` of ``||D_X f||_2`` (:func:`lipnb.krylov.value_error`; for Lanczos the error of a Ritz
+    value is about residual² / gap, so ``rtol=1e-4`` needs far fewer products than ``tol=1e-4``). Converged inputs stop costing
     products; batches too large for the device's memory run in chunks. Returns the values ``(B,)``, or
     a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
     :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
@@ -298,6 +305,10 @@ def local_lipschitz(
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol <= 1:
         raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
                          f"got {tol!r}")
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, numbers.Real)):
+        raise TypeError(f"rtol must be a real number or None; got {type(rtol).__name__}")
+    if rtol is not None and not 0 < rtol < 1:
+        raise ValueError(f"rtol is a relative error of the value and must lie in (0, 1); got {rtol!r}")
     max_iter = check_positive_int(max_iter, "max_iter")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int; got {type(seed).__name__}")
@@ -339,7 +350,7 @@ def local_lipschitz(
             normal = NormalOperator(lin, _shrink_ratio(lin))
             if not detailed:
                 del lin
-            outcome = solver(normal, u, tol, max_iter)
+            outcome = solver(normal, u, tol, max_iter, rtol)
             left = normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as error:
             if not _is_oom(error) or chunk == 1:
@@ -359,15 +370,17 @@ def local_lipschitz(
     if not detailed:
         if not bool(converged.all()):
             bad = int((~converged).sum())
+            asked = f"tol={tol}" + ("" if rtol is None else f", rtol={rtol}")
             warnings.warn(f"{bad} of {len(converged)} inputs did not converge in {max_iter} "
-                          f"iterations (tol={tol}); pass detailed=True to inspect them",
+                          f"iterations ({asked}); pass detailed=True to inspect them",
                           NotConvergedWarning, stacklevel=2)
         return value
     return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _, _ in parts]),
                            converged=converged, residual=torch.cat([p.residual for p, _, _ in parts]),
                            right_vector=torch.cat([p.vector for p, _, _ in parts]),
                            left_vector=torch.cat([v for _, v, _ in parts]), method=method,
-                           presolve_iterations=torch.cat([c for _, _, c in parts]))
+                           presolve_iterations=torch.cat([c for _, _, c in parts]),
+                           error=torch.cat([p.error for p, _, _ in parts]))
 
 
 def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
