@@ -117,9 +117,10 @@ class KrylovOutcome:
 
 
 _TINY = torch.finfo(torch.float64).tiny
+MIN_GAP_STEPS = 3         # Lanczos steps before the second Ritz pair is trusted to bound the rest of the spectrum
 
 
-def value_error(theta: Tensor, residual: Tensor, below: Tensor | None = None) -> Tensor:
+def value_error(theta: Tensor, residual: Tensor, below: Tensor | None = None, rounding: float = 0.0) -> Tensor:
     """A bound on the relative error of ``σ = √θ`` as an estimate of ``√λ₁``, from the top Ritz pair's
     absolute residual ``r = ||Mu - θu||`` (all ``(B,)``, float64).
 
@@ -127,13 +128,15 @@ def value_error(theta: Tensor, residual: Tensor, below: Tensor | None = None) ->
     bounds the other eigenvalues from above and ``below < θ``, the Kato-Temple inequality sharpens this to
     ``λ₁ - θ ≤ r² / (θ - below)``. Then ``√(λ₁/θ) - 1 ≤ (λ₁ - θ) / (2θ)``. Both premises are those of any
     Krylov certificate: the eigenvalue found near ``θ`` is the top one, and none was missed above ``below``.
+    ``rounding`` (relative) is added for the arithmetic: the solvers pass 16 units in the last place of
+    their vectors' dtype, the level at which float32 values scatter around the float64 ones.
     """
     gap_bound = residual.clone()
     if below is not None:
         gap = theta - below
         quadratic = residual.square() / gap.clamp_min(_TINY)
         gap_bound = torch.where(gap > 0, torch.minimum(gap_bound, quadratic), gap_bound)
-    return gap_bound / (2 * theta.clamp_min(_TINY))
+    return gap_bound / (2 * theta.clamp_min(_TINY)) + rounding
 
 
 def _stops(res: Tensor, error: Tensor, tol: float, rtol: float | None) -> Tensor:
@@ -152,7 +155,7 @@ def power_iteration(normal: NormalOperator, u: Tensor, tol: float, max_iter: int
         th = batched_dot(u, Mu).double()
         absolute = norms(Mu - th.to(u.dtype).view(-1, 1, 1) * u).double()
         res = absolute / th.clamp_min(_TINY)
-        error = value_error(th, absolute)
+        error = value_error(th, absolute, rounding=16 * torch.finfo(u.dtype).eps)
         converged = _stops(res, error, tol, rtol) | (th <= 0)
         stop = converged | (it == max_iter)
         if bool(stop.any()):
@@ -226,8 +229,8 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
         th, s = evals[:, -1], evecs[:, :, -1]
         ritz_residuals = beta[:, k : k + 1] * evecs[:, -1].abs()          # ||M y_i - θ_i y_i||, each pair
         res = ritz_residuals[:, -1] / th.clamp_min(_TINY)
-        below = evals[:, -2] + ritz_residuals[:, -2] if k > 0 else None
-        error = value_error(th, ritz_residuals[:, -1], below)
+        below = evals[:, -2] + ritz_residuals[:, -2] if k >= MIN_GAP_STEPS - 1 else None
+        error = value_error(th, ritz_residuals[:, -1], below, 16 * eps)
         invariant = beta[:, k] <= 1e3 * eps * th.clamp_min(0)
         converged = _stops(res, error, tol, rtol) | invariant | (th <= 0)
         stop = converged | (k + 1 == m)

@@ -145,6 +145,19 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+SHARED_TOL, SHARED_MAX_ITER, SHARED_MIX = 1e-2, 20, 0.3
+
+
+def _shared_start(lin: Linearization, u: Tensor, method: str, low: torch.dtype | None) -> Tensor:
+    """Starting vectors ``normalize(v + 0.3 u_b)``: ``v`` the top right singular vector of the chunk's first
+    input (residual ``1e-2``, at most 20 products on that input alone, in the presolve dtype if any) and
+    ``u_b`` each input's own random vector, so no direction is left out of any input's Krylov space."""
+    one = lin.select(torch.zeros(1, dtype=torch.long, device=u.device))
+    if low is not None:
+        one = one.to(low)
+    solver = lanczos if method == "lanczos" else power_iteration
+    first = solver(NormalOperator(one, 0.0), u[:1], SHARED_TOL, SHARED_MAX_ITER)
+    return normalize(first.vector + SHARED_MIX * u)
 CERTIFIED = (torch.float32, torch.float64)
 
 
@@ -193,9 +206,10 @@ def _native_bfloat16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
+def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str,
+                    rtol: float | None = None) -> torch.dtype | None:
     """The dtype of the first, low-precision run (see :func:`local_lipschitz`), or ``None``."""
-    if presolve is None:
+    if presolve is None or (presolve == "auto" and rtol is not None):
         return None
     dtype = lin.output.dtype
     if presolve == "auto":
@@ -272,6 +286,7 @@ def local_lipschitz(
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
     presolve: torch.dtype | Literal["auto"] | None = "auto",
+    start: Literal["random", "shared"] = "random",
     seed: int = 0,
     detailed: bool = False,
 ) -> Tensor | LipschitzResult:
@@ -284,9 +299,9 @@ def local_lipschitz(
     top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. ``rtol`` (off by default) states the
     accuracy of the value instead: an input also stops, converged, once its value is certified within a
     relative ``rtol`` of ``||D_X f||_2`` (:func:`lipnb.krylov.value_error`; for Lanczos the error of a Ritz
-    value is about residual² / gap, so ``rtol=1e-4`` needs far fewer products than ``tol=1e-4``). Converged inputs stop costing
-    products; batches too large for the device's memory run in chunks. Returns the values ``(B,)``, or
-    a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
+    value is about residual² / gap, so ``rtol=1e-4`` needs far fewer products than ``tol=1e-4``).
+    Converged inputs stop costing products; batches too large for the device's memory run in chunks.
+    Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
     :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
 
     ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
@@ -295,7 +310,13 @@ def local_lipschitz(
     alone decides ``value``, ``converged`` and ``residual``. It needs a linearization with
     ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos in float32
     on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
-    or AMX), and no presolve otherwise.
+    or AMX), and no presolve otherwise, nor when ``rtol`` is given (a value certificate needs the vector
+    only to the square root of ``rtol``, which the full-precision run reaches in a few products).
+
+    ``start``: ``"random"`` (default), each input's own Gaussian starting vector; ``"shared"``, that vector
+    mixed (weight 0.3) with the top right singular vector of the first input of each chunk, found first by
+    a short run on that input alone: fewer products when the inputs of a batch are alike (e.g. windows of
+    one text, whose top directions overlap), the same certificate in any case.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
@@ -320,6 +341,8 @@ def local_lipschitz(
     if not (presolve is None or presolve == "auto"
             or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
         raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
+    if start not in ("random", "shared"):
+        raise ValueError(f"start must be 'random' or 'shared'; got {start!r}")
     X = X.detach()
     probed = isinstance(fn, Linearizable)      # a closed form acts on each input alone by construction
     generator = torch.Generator(device=X.device).manual_seed(seed)
@@ -328,19 +351,21 @@ def local_lipschitz(
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
     chunk = _chunk_size(fn, X, vectors)
     parts: list[tuple[KrylovOutcome, Tensor | None, Tensor]] = []
-    start = 0
-    while start < len(X):
-        stop = min(start + chunk, len(X))
+    begin = 0
+    while begin < len(X):
+        stop = min(begin + chunk, len(X))
         try:
             if not probed:
-                _check_batch_independence(fn, X[start:stop])
+                _check_batch_independence(fn, X[begin:stop])
                 probed = True
-            lin = linearize(fn, X[start:stop])
+            lin = linearize(fn, X[begin:stop])
             if lin.output.dtype not in CERTIFIED:
                 raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
                                 "residual test to certify convergence; run it in float32 or float64 (a "
                                 "low-precision first run is what presolve is for)")
-            u, low = u0[start:stop], _presolve_dtype(presolve, lin, method)
+            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method, rtol)
+            if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
+                u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
             if low is not None:
                 low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
                 first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
@@ -363,7 +388,7 @@ def local_lipschitz(
         del normal
         lin = None
         parts.append((outcome, left, presolved))
-        start = stop
+        begin = stop
     theta = torch.cat([p.theta for p, _, _ in parts])
     converged = torch.cat([p.converged for p, _, _ in parts])
     value = theta.clamp_min(0).sqrt().to(X.dtype)
