@@ -206,10 +206,9 @@ def _native_bfloat16(device: torch.device) -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str,
-                    rtol: float | None = None) -> torch.dtype | None:
+def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
     """The dtype of the first, low-precision run (see :func:`local_lipschitz`), or ``None``."""
-    if presolve is None or (presolve == "auto" and rtol is not None):
+    if presolve is None:
         return None
     dtype = lin.output.dtype
     if presolve == "auto":
@@ -310,8 +309,7 @@ def local_lipschitz(
     alone decides ``value``, ``converged`` and ``residual``. It needs a linearization with
     ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos in float32
     on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
-    or AMX), and no presolve otherwise, nor when ``rtol`` is given (a value certificate needs the vector
-    only to the square root of ``rtol``, which the full-precision run reaches in a few products).
+    or AMX), and no presolve otherwise.
 
     ``start``: ``"random"`` (default), each input's own Gaussian starting vector; ``"shared"``, that vector
     mixed (weight 0.3) with the top right singular vector of the first input of each chunk, found first by
@@ -363,7 +361,7 @@ def local_lipschitz(
                 raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
                                 "residual test to certify convergence; run it in float32 or float64 (a "
                                 "low-precision first run is what presolve is for)")
-            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method, rtol)
+            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
             if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
                 u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
             if low is not None:
