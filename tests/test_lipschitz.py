@@ -687,13 +687,12 @@ def test_rtol_costs_fewer_products_than_the_same_residual() -> None:
 
 @pytest.mark.parametrize("start", ["random", "shared"])
 def test_rtol_batched_equals_one_at_a_time(start: str) -> None:
-    """Each input stops on its own test: a batch gives what each input gets alone (same random vector;
-    the shared start of a lone input is its own vector), all within the asked 1e-5 of each other."""
+    """Each input stops on its own test: a batch gives every input what it gets alone, within the asked
+    1e-5; with random starts input 0 (the same starting vector alone and in the batch) takes the same
+    number of products."""
     f, X = _map_problem(4)
-    u = torch.randn(X.shape, generator=torch.Generator().manual_seed(0), dtype=X.dtype)
     together = local_lipschitz(f, X, rtol=1e-5, start=start, detailed=True)
     alone = torch.cat([local_lipschitz(f, X[b:b + 1], rtol=1e-5, detailed=True).value for b in range(len(X))])
-    assert u.shape == X.shape
     torch.testing.assert_close(together.value, alone, rtol=2e-5, atol=0)
     if start == "random":
         alone_first = local_lipschitz(f, X[:1], rtol=1e-5, detailed=True)
