@@ -33,6 +33,7 @@ __all__ = [
     "records_dir",
     "relative_errors",
     "table",
+    "workload_table",
 ]
 
 ENV_VAR = "LIPNB_BENCH_DIR"
@@ -160,4 +161,27 @@ def table(record: dict) -> Table:
                          f"{v['achieved_flops'] / 1e9:.1f} ({100 * v['fraction_of_peak']:.0f}%)",
                          f"{v['peak_MiB'] / row['batch']:.1f}", f"{v['max_rel_error']:.1e}",
                          f"{v['converged']}/{row['batch']}"])
+    return Table(header, rows)
+
+
+def workload_table(record: dict) -> Table:
+    """``bench/workloads.py``'s record, one line per (workload, call): median seconds [range] and speedups
+    over the paper's loop in wall and CPU time, products per input and the time split (CPU)."""
+    header = ["workload", "threads", "call", "wall s [range]", "CPU s [range]", "speedup wall (CPU)",
+              "products / input (+ bfloat16)", "linearise / products / solver (CPU)", "max rel. error"]
+    rows = []
+    for row in record["runs"]:
+        for method, v in row["methods"].items():
+            speedup = row["speedup"].get(method)
+            split = v.get("split")
+            steps = f"{v['mean_iterations']:.1f}" + (f" (+ {v['mean_presolve_iterations']:.1f})"
+                                                     if v.get("mean_presolve_iterations") else "")
+            rows.append([f"{row['workload']}: {row['model']} L{row['layer']}, n = {row['n']}, {row['batch']} inputs",
+                         str(row["threads"]), method,
+                         f"{v['wall']['median']:.2f} [{v['wall']['min']:.2f}-{v['wall']['max']:.2f}]",
+                         f"{v['cpu']['median']:.2f} [{v['cpu']['min']:.2f}-{v['cpu']['max']:.2f}]",
+                         "" if speedup is None else f"{speedup['wall']:.1f}x ({speedup['cpu']:.1f}x)", steps,
+                         "" if split is None else " / ".join(f"{split[f'{part}_cpu_s'] / split['cpu_s']:.0%}"
+                                                              for part in ("linearize", "products", "solver")),
+                         f"{v['max_rel_error']:.1e}"])
     return Table(header, rows)

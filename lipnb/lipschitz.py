@@ -48,9 +48,11 @@ class NotConvergedWarning(UserWarning):
 class LipschitzResult:
     """Per-input estimates of ``||D_X f||_2`` with what is needed to trust them.
 
-    ``value``, ``iterations``, ``converged`` and ``residual`` have shape ``(B,)``; ``iterations``
+    ``value``, ``iterations``, ``converged``, ``residual`` and ``error`` have shape ``(B,)``; ``iterations``
     counts applications of ``JᵀJ`` (one JVP and one VJP each); ``residual`` is
-    ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``;
+    ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``; ``error`` bounds
+    ``||D_X f||_2 / value - 1`` (:func:`lipnb.krylov.value_error`: ``residual / 2``, or its Kato-Temple
+    sharpening by the gap for Lanczos);
     ``right_vector`` (``(B, n, d)``) is the unit input direction of fastest change and
     ``left_vector`` (``(B, n, d_out)``) the unit output direction it is sent to;
     ``presolve_iterations`` counts the products of the low-precision first run (zero without one).
@@ -64,6 +66,7 @@ class LipschitzResult:
     left_vector: Tensor
     method: str
     presolve_iterations: Tensor
+    error: Tensor
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,19 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+SHARED_TOL, SHARED_MAX_ITER, SHARED_MIX = 1e-2, 20, 0.3
+
+
+def _shared_start(lin: Linearization, u: Tensor, method: str, low: torch.dtype | None) -> Tensor:
+    """Starting vectors ``normalize(v + 0.3 u_b)``: ``v`` the top right singular vector of the chunk's first
+    input (residual ``1e-2``, at most 20 products on that input alone, in the presolve dtype if any) and
+    ``u_b`` each input's own random vector, so no direction is left out of any input's Krylov space."""
+    one = lin.select(torch.zeros(1, dtype=torch.long, device=u.device))
+    if low is not None:
+        one = one.to(low)
+    solver = lanczos if method == "lanczos" else power_iteration
+    first = solver(NormalOperator(one, 0.0), u[:1], SHARED_TOL, SHARED_MAX_ITER)
+    return normalize(first.vector + SHARED_MIX * u)
 CERTIFIED = (torch.float32, torch.float64)
 
 
@@ -265,9 +281,11 @@ def local_lipschitz(
     *,
     method: Literal["lanczos", "power"] = "lanczos",
     tol: float = 1e-6,
+    rtol: float | None = None,
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
     presolve: torch.dtype | Literal["auto"] | None = "auto",
+    start: Literal["random", "shared"] = "random",
     seed: int = 0,
     detailed: bool = False,
 ) -> Tensor | LipschitzResult:
@@ -277,9 +295,12 @@ def local_lipschitz(
     :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.jacobian.MultiHeadMap`) brings its closed-form
     Jacobian products, any other is differentiated by autograd. ``method`` is ``"lanczos"`` (default)
     or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds the relative residual of the
-    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. Converged inputs stop costing
-    products; batches too large for the device's memory run in chunks. Returns the values ``(B,)``, or
-    a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
+    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. ``rtol`` (off by default) states the
+    accuracy of the value instead: an input also stops, converged, once its value is certified within a
+    relative ``rtol`` of ``||D_X f||_2`` (:func:`lipnb.krylov.value_error`; for Lanczos the error of a Ritz
+    value is about residual² / gap, so ``rtol=1e-4`` needs far fewer products than ``tol=1e-4``).
+    Converged inputs stop costing products; batches too large for the device's memory run in chunks.
+    Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
     :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
 
     ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
@@ -289,6 +310,11 @@ def local_lipschitz(
     ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos in float32
     on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
     or AMX), and no presolve otherwise.
+
+    ``start``: ``"random"`` (default), each input's own Gaussian starting vector; ``"shared"``, that vector
+    mixed (weight 0.3) with the top right singular vector of the first input of each chunk, found first by
+    a short run on that input alone: fewer products when the inputs of a batch are alike (e.g. windows of
+    one text, whose top directions overlap), the same certificate in any case.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
@@ -298,6 +324,10 @@ def local_lipschitz(
     if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol <= 1:
         raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
                          f"got {tol!r}")
+    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, numbers.Real)):
+        raise TypeError(f"rtol must be a real number or None; got {type(rtol).__name__}")
+    if rtol is not None and not 0 < rtol < 1:
+        raise ValueError(f"rtol is a relative error of the value and must lie in (0, 1); got {rtol!r}")
     max_iter = check_positive_int(max_iter, "max_iter")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int; got {type(seed).__name__}")
@@ -309,6 +339,8 @@ def local_lipschitz(
     if not (presolve is None or presolve == "auto"
             or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
         raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
+    if start not in ("random", "shared"):
+        raise ValueError(f"start must be 'random' or 'shared'; got {start!r}")
     X = X.detach()
     probed = isinstance(fn, Linearizable)      # a closed form acts on each input alone by construction
     generator = torch.Generator(device=X.device).manual_seed(seed)
@@ -317,19 +349,21 @@ def local_lipschitz(
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
     chunk = _chunk_size(fn, X, vectors)
     parts: list[tuple[KrylovOutcome, Tensor | None, Tensor]] = []
-    start = 0
-    while start < len(X):
-        stop = min(start + chunk, len(X))
+    begin = 0
+    while begin < len(X):
+        stop = min(begin + chunk, len(X))
         try:
             if not probed:
-                _check_batch_independence(fn, X[start:stop])
+                _check_batch_independence(fn, X[begin:stop])
                 probed = True
-            lin = linearize(fn, X[start:stop])
+            lin = linearize(fn, X[begin:stop])
             if lin.output.dtype not in CERTIFIED:
                 raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
                                 "residual test to certify convergence; run it in float32 or float64 (a "
                                 "low-precision first run is what presolve is for)")
-            u, low = u0[start:stop], _presolve_dtype(presolve, lin, method)
+            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
+            if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
+                u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
             if low is not None:
                 low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
                 first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
@@ -339,7 +373,7 @@ def local_lipschitz(
             normal = NormalOperator(lin, _shrink_ratio(lin))
             if not detailed:
                 del lin
-            outcome = solver(normal, u, tol, max_iter)
+            outcome = solver(normal, u, tol, max_iter, rtol)
             left = normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as error:
             if not _is_oom(error) or chunk == 1:
@@ -352,22 +386,24 @@ def local_lipschitz(
         del normal
         lin = None
         parts.append((outcome, left, presolved))
-        start = stop
+        begin = stop
     theta = torch.cat([p.theta for p, _, _ in parts])
     converged = torch.cat([p.converged for p, _, _ in parts])
     value = theta.clamp_min(0).sqrt().to(X.dtype)
     if not detailed:
         if not bool(converged.all()):
             bad = int((~converged).sum())
+            asked = f"tol={tol}" + ("" if rtol is None else f", rtol={rtol}")
             warnings.warn(f"{bad} of {len(converged)} inputs did not converge in {max_iter} "
-                          f"iterations (tol={tol}); pass detailed=True to inspect them",
+                          f"iterations ({asked}); pass detailed=True to inspect them",
                           NotConvergedWarning, stacklevel=2)
         return value
     return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _, _ in parts]),
                            converged=converged, residual=torch.cat([p.residual for p, _, _ in parts]),
                            right_vector=torch.cat([p.vector for p, _, _ in parts]),
                            left_vector=torch.cat([v for _, v, _ in parts]), method=method,
-                           presolve_iterations=torch.cat([c for _, _, c in parts]))
+                           presolve_iterations=torch.cat([c for _, _, c in parts]),
+                           error=torch.cat([p.error for p, _, _ in parts]))
 
 
 def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:

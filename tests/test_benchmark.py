@@ -50,3 +50,22 @@ def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest
     benchmark.record_path("mine").write_text(json.dumps({"runs": []}))
     assert benchmark.load_record("mine") == {"runs": []}
     assert benchmark.relative_errors([1.1, 0.9], [1.0, 1.0]) == pytest.approx([0.1, 0.1])
+
+
+def test_workload_record_ships_and_tabulates() -> None:
+    """``bench/workloads.py``'s record (both workloads, one run) ships with lipnb and tabulates one line per
+    (workload, call); its speedups are the paper's medians over each call's, and each call's time split
+    adds up to its total."""
+    record = benchmark.load_record("lipschitz-cpu-workloads")
+    assert record is not None and {row["workload"] for row in record["runs"]} >= {"chapter-10", "issue-23"}
+    table = benchmark.workload_table(record)
+    assert len(table.rows) == sum(len(row["methods"]) for row in record["runs"])
+    for row in record["runs"]:
+        paper = row["methods"]["paper"]
+        for method, v in row["methods"].items():
+            if method == "paper":
+                continue
+            assert row["speedup"][method]["cpu"] == pytest.approx(paper["cpu"]["median"] / v["cpu"]["median"])
+            split = v["split"]
+            parts = split["linearize_cpu_s"] + split["products_cpu_s"] + split["solver_cpu_s"]
+            assert parts == pytest.approx(split["cpu_s"])

@@ -1,0 +1,242 @@
+"""Two workloads of ``lipnb.local_lipschitz`` against the paper's method, side by side in one run (issue 23).
+
+Both workloads are MiniLM's layer 2 (``attention_map(model, 2, kind="self")``, the ``BertSelfAttention``
+module), n = 128, a batch of 32 runs of *Alice in Wonderland* taken where they enter the layer; they differ
+in the threads and in the call that chapter 10 recorded:
+
+``chapter-10`` (1 thread)
+    the chapter's recorded setting (``bench/lipschitz.py --threads 1``), with its call ``tol=1e-4``;
+``issue-23`` (2 threads)
+    the issue's setting: the machine's 2 threads, ``local_lipschitz`` with its defaults.
+
+On each, interleaved and repeated (``--repeats``, default 3; medians and ranges reported), through the
+public API only:
+
+``paper``      App. E.1 on the module, one input at a time (``lipnb.benchmark.paper_power_iteration``);
+``default``    ``local_lipschitz(f, X)`` (``tol=1e-6``, bfloat16 presolve where native);
+``tol-1e-4``   ``local_lipschitz(f, X, tol=1e-4)`` (chapter 10's recorded call);
+``rtol-1e-4``  ``local_lipschitz(f, X, rtol=1e-4, start="shared")``: stop once the value is certified
+               within 1e-4, from starting vectors shared across the batch.
+
+Accuracy: every estimate against a float64 reference (``bench/lipschitz.py``'s: ARPACK on the closed form,
+certified on the float64 module). Time split of each lipnb call (an untimed twin run with timers around
+``lipnb.lipschitz.linearize`` and the ``JᵀJ`` products): linearise / products / solver (the rest), wall
+and CPU. Product cost: one batched ``JᵀJ`` product against one forward pass of the module on the batch.
+``--models`` adds other layers (e.g. ``gpt2-random:6``, ``smollm2:3``), on the issue's workload only.
+
+Usage::
+
+    python bench/workloads.py                      # both workloads, about 2 min on a quiet 2-core CPU
+    python bench/workloads.py --models minilm:2 gpt2-random:6 --repeats 3
+
+Writes ``lipnb.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+import lipnb
+from lipnb import benchmark, data, krylov, models
+from lipnb import lipschitz as lipschitz_module
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_lipschitz", Path(__file__).with_name("lipschitz.py"))
+core = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(core)
+
+CALLS: dict[str, dict] = {"default": {}, "tol-1e-4": {"tol": 1e-4}, "rtol-1e-4": {"rtol": 1e-4, "start": "shared"}}
+WORKLOADS = {"chapter-10": 1, "issue-23": 2}          # name: threads
+
+
+class Split:
+    """Timers around linearisation and the ``JᵀJ`` products of one ``local_lipschitz`` call (wall, CPU)."""
+
+    def __init__(self) -> None:
+        self.totals = {"linearize": [0.0, 0.0], "products": [0.0, 0.0]}
+        self.products = 0
+
+    def _wrap(self, part: str, fn: Callable) -> Callable:
+        def timed_call(*args: object) -> object:
+            wall, cpu = time.perf_counter(), time.process_time()
+            out = fn(*args)
+            self.totals[part][0] += time.perf_counter() - wall
+            self.totals[part][1] += time.process_time() - cpu
+            if part == "products":
+                self.products += len(args[1])
+            return out
+        return timed_call
+
+    def run(self, fn: Callable, X: Tensor, options: dict) -> dict:
+        linearize, call = lipschitz_module.linearize, krylov.NormalOperator.__call__
+        lipschitz_module.linearize = self._wrap("linearize", linearize)
+        krylov.NormalOperator.__call__ = self._wrap("products", call)
+        try:
+            wall, cpu = time.perf_counter(), time.process_time()
+            lipnb.local_lipschitz(fn, X, **options)
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        finally:
+            lipschitz_module.linearize, krylov.NormalOperator.__call__ = linearize, call
+        lin, prod = self.totals["linearize"], self.totals["products"]
+        return {"wall_s": wall, "cpu_s": cpu, "linearize_wall_s": lin[0], "linearize_cpu_s": lin[1],
+                "products_wall_s": prod[0], "products_cpu_s": prod[1],
+                "solver_wall_s": wall - lin[0] - prod[0], "solver_cpu_s": cpu - lin[1] - prod[1],
+                "products_per_input": self.products / len(X)}
+
+
+def product_cost(f: models.LayerMap, X: Tensor, repeats: int = 5) -> dict[str, float]:
+    """Best-of-``repeats`` wall and CPU seconds of a forward pass of the module, a linearisation and one
+    ``JᵀJ`` product, each on the whole batch."""
+    u = torch.randn(X.shape, generator=torch.Generator().manual_seed(0), dtype=X.dtype)
+    lin = f.linearize(X)
+    jobs = {"forward": lambda: f(X), "linearize": lambda: f.linearize(X), "product": lambda: lin.vjp(lin.jvp(u))}
+    out = {}
+    with torch.no_grad():
+        for name, job in jobs.items():
+            best = (float("inf"), float("inf"))
+            for _ in range(repeats):
+                wall, cpu = time.perf_counter(), time.process_time()
+                job()
+                best = min(best, (time.perf_counter() - wall, time.process_time() - cpu))
+            out[f"{name}_wall_s"], out[f"{name}_cpu_s"] = best
+    return out
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, log: Callable[[str], None]) -> list[dict]:
+    name, layer = spec.split(":")
+    layer = int(layer)
+    model, tokenizer = models.load(name, device="cpu")
+    ids = data.token_sequences(data.alice_text(), tokenizer, [n], B)[n]
+    f = models.attention_map(model, layer, "self")
+    X = models.attention_inputs(model, layer, ids, kind="self")
+    t0 = time.perf_counter()
+    ref = core.reference(models.attention_map(copy.deepcopy(model).double(), layer, "self"), X)
+    log(f"\n{name} layer {layer}, n = {n}, batch {B}, d = {X.shape[-1]}: reference in {time.perf_counter() - t0:.0f} s"
+        f" (module residual {max(ref['module_residual']):.0e})")
+    rows = []
+    for workload, threads in workloads.items():
+        torch.set_num_threads(threads)
+        methods = ["paper", *CALLS]
+        times: dict[str, dict[str, list]] = {m: {"wall": [], "cpu": []} for m in methods}
+        values: dict[str, list[float]] = {}
+        for rep in range(repeats):
+            for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
+                if method == "paper":
+                    job = lambda: core.run_paper(f, X)                        # noqa: E731
+                else:
+                    job = lambda method=method: core.run_lipnb(f, X, **CALLS[method])   # noqa: E731
+                result, wall, cpu, _ = core.timed(job, torch.device("cpu"))
+                times[method]["wall"].append(wall)
+                times[method]["cpu"].append(cpu)
+                values[method] = result["values"]
+        paper_steps = core.run_paper(f, X)["iterations"]
+        row = {"workload": workload, "threads": threads, "model": name, "layer": layer, "n": n, "batch": B,
+               "d": int(X.shape[-1]), "reference": ref["values"], "cost": product_cost(f, X), "methods": {}}
+        for method in methods:
+            errors = benchmark.relative_errors(values[method], ref["values"])
+            entry = {"wall_s": times[method]["wall"], "cpu_s": times[method]["cpu"],
+                     "wall": summary(times[method]["wall"]), "cpu": summary(times[method]["cpu"]),
+                     "max_rel_error": max(errors), "values": values[method]}
+            if method == "paper":
+                entry["mean_iterations"] = sum(paper_steps) / B
+            else:
+                detail = lipnb.local_lipschitz(f, X, detailed=True, **CALLS[method])
+                entry |= {"options": {k: str(v) for k, v in CALLS[method].items()},
+                          "mean_iterations": float(detail.iterations.double().mean()),
+                          "mean_presolve_iterations": float(detail.presolve_iterations.double().mean()),
+                          "converged": int(detail.converged.sum()), "max_error_bound": float(detail.error.max()),
+                          "split": Split().run(f, X, CALLS[method])}
+            row["methods"][method] = entry
+        paper = row["methods"]["paper"]
+        row["speedup"] = {m: {**{key: paper[key]["median"] / v[key]["median"] for key in ("wall", "cpu")},
+                              **{f"{key}_range": [paper[key]["min"] / v[key]["max"], paper[key]["max"] / v[key]["min"]]
+                                 for key in ("wall", "cpu")}}
+                          for m, v in row["methods"].items() if m != "paper"}
+        log_row(row, log)
+        rows.append(row)
+    return rows
+
+
+def log_row(row: dict, log: Callable[[str], None]) -> None:
+    cost = row["cost"]
+    log(f"\n[{row['workload']}] {row['model']} L{row['layer']}, {row['threads']} thread(s): forward "
+        f"{1e3 * cost['forward_wall_s']:.0f} ms, linearize {1e3 * cost['linearize_wall_s']:.0f} ms, one JᵀJ product "
+        f"{1e3 * cost['product_wall_s']:.0f} ms ({cost['product_cpu_s'] / cost['forward_cpu_s']:.2f} forward passes"
+        " in CPU time)")
+    for method, v in row["methods"].items():
+        line = (f"  {method:10} wall {v['wall']['median']:6.2f} s [{v['wall']['min']:.2f}-{v['wall']['max']:.2f}]  "
+                f"cpu {v['cpu']['median']:6.2f} s [{v['cpu']['min']:.2f}-{v['cpu']['max']:.2f}]  "
+                f"steps {v['mean_iterations']:5.2f}  max err {v['max_rel_error']:.1e}")
+        if method != "paper":
+            s, r = v["split"], row["speedup"][method]
+            line += (f" (bound {v['max_error_bound']:.1e}, conv {v['converged']}/{row['batch']})  "
+                     f"speedup wall {r['wall']:4.1f}x [{r['wall_range'][0]:.1f}-{r['wall_range'][1]:.1f}] "
+                     f"cpu {r['cpu']:4.1f}x [{r['cpu_range'][0]:.1f}-{r['cpu_range'][1]:.1f}]  split (cpu) "
+                     f"linearize {s['linearize_cpu_s'] / s['cpu_s']:.0%} "
+                     f"products {s['products_cpu_s'] / s['cpu_s']:.0%} solver {s['solver_cpu_s'] / s['cpu_s']:.0%}")
+        log(line)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["minilm:2"],
+                        help="model:layer specs; the first gets both workloads, the others the issue's")
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("LIPNB_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+    out = args.out or benchmark.record_path("lipschitz-cpu-workloads")
+
+    def log(line: str) -> None:
+        print(line, flush=True)
+
+    started, commit, load_start = dt.datetime.now(dt.timezone.utc), core.git_commit(), core.load_average()
+    log(f"{core.device_name(torch.device('cpu'))}, load {load_start}, torch {torch.__version__}, git {commit}")
+    rows = []
+    for i, spec in enumerate(args.models):
+        rows += bench(spec, WORKLOADS if i == 0 else {"issue-23": WORKLOADS["issue-23"]}, args.n, args.batch,
+                      args.repeats, log)
+    record = {
+        "schema": 1,
+        "benchmark": "local Lipschitz constants on two workloads: the paper's loop vs lipnb.local_lipschitz calls",
+        "date": started.isoformat(timespec="seconds"),
+        "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
+        "device": "cpu", "device_name": core.device_name(torch.device("cpu")),
+        "threads": {w: t for w, t in WORKLOADS.items()},
+        "load_average": {"start": load_start, "end": core.load_average()},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__,
+                     "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
+                     "git": commit},
+        "command": "python bench/workloads.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "calls": {m: {k: str(v) for k, v in o.items()} for m, o in CALLS.items()},
+        "paper_method": {"tol": benchmark.PAPER_TOL, "max_iter": benchmark.PAPER_MAX_ITER, "dtype": "float32"},
+        "runs": rows,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1))
+    log(f"\nwrote {out} ({record['duration_s']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
