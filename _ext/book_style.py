@@ -68,16 +68,18 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
 
 
 def extract_landing_figure(app: Sphinx) -> None:
-    """Write the PNG that a chapter's cell stored (``landing_figure``: notebook and a phrase of the cell's
+    """Write the PNG that a chapter's cell stored or glued (``landing_figure``: notebook and a phrase of the cell's
     code) to ``_build/landing/figure.png``, so the landing page shows the chapter's own figure of this build."""
     notebook, phrase = app.config.landing_figure["notebook"], app.config.landing_figure["cell_contains"]
     nb = nbformat.read(Path(app.srcdir) / notebook, as_version=4)
     images = [
-        output["data"]["image/png"]
+        data[key]
         for cell in nb.cells
         if cell.cell_type == "code" and phrase in cell.source
         for output in cell.get("outputs", [])
-        if "image/png" in output.get("data", {})
+        for data in (output.get("data", {}),)
+        for key in ("image/png", "application/papermill.record/image/png")  # shown, or glued by report.show
+        if key in data
     ]
     if not images:
         raise ValueError(f"landing_figure: no stored PNG output in a cell of {notebook} containing {phrase!r}")
