@@ -477,12 +477,14 @@ SOURCE_MUTATIONS: dict[str, tuple[object, str, str, str, str, str]] = {
     ),
     "lanczos: stops on a residual of 1, whatever the tolerance": (
         krylov, "lanczos",
-        "converged = (res <= tol) | invariant", "converged = (res <= 1.0) | invariant",
+        "converged = _stops(res, error, tol, rtol) | invariant",
+        "converged = _stops(res, error, 1.0, rtol) | invariant",
         "01_self_attention", "along the top singular direction the shortest secant reaches the supremum",
     ),
     "power_iteration: stops on a residual of 1, whatever the tolerance": (
         krylov, "power_iteration",
-        "converged = (res <= tol) | (th <= 0)", "converged = (res <= 1.0) | (th <= 0)",
+        "converged = _stops(res, error, tol, rtol) | (th <= 0)",
+        "converged = _stops(res, error, 1.0, rtol) | (th <= 0)",
         "01_self_attention", "power: the estimate equals the dense SVD's",
     ),
     "real_text_sweep: column sums of P taken over the wrong axis": (
