@@ -171,17 +171,23 @@ def real_text_table(p: Profile) -> ResultTable:
                        {"sweep": "real_text_table", "profile": p.name, "parts": [t.provenance for t in tables]})
 
 
-def position_aliasing(model: nn.Module, trained: int) -> pd.DataFrame:
-    """For every learned position ``p >= trained``: the earlier position ``< trained`` whose embedding is the most
-    similar (cosine) and that cosine, next to the cosine between ``p`` and ``p - 1``. BERT family only."""
+def position_aliasing(model: nn.Module, trained: int, *, start: int | None = None, gap: int = 0) -> pd.DataFrame:
+    """For every learned position ``p >= start`` (default ``trained``): the tuned position ``q < trained`` with
+    ``|p - q| > gap`` whose embedding is the most similar (cosine) and that cosine, next to the cosine between
+    ``p`` and ``p - 1``; ``tuned`` marks ``p < trained``. BERT family only."""
     if not hasattr(getattr(model, "embeddings", None), "position_embeddings"):
         raise TypeError("position_aliasing needs a BERT-family model (learned absolute positions)")
     P = torch.nn.functional.normalize(model.embeddings.position_embeddings.weight.detach().double(), dim=1)
     if not 0 < trained < len(P):
         raise ValueError(f"trained must be in 1..{len(P) - 1}; got {trained}")
-    cos = P[trained:] @ P[:trained].T
-    best = cos.max(dim=1)
-    positions = torch.arange(trained, len(P))
-    return pd.DataFrame({"position": positions.numpy(), "alias": best.indices.numpy(),
-                         "cosine": best.values.numpy(),
-                         "neighbour_cosine": (P[trained:] * P[trained - 1:-1]).sum(1).numpy()})
+    start = trained if start is None else start
+    if not 0 < start < len(P):
+        raise ValueError(f"start must be in 1..{len(P) - 1}; got {start}")
+    if gap < 0:
+        raise ValueError(f"gap must be >= 0; got {gap}")
+    positions = torch.arange(start, len(P))
+    near = (positions[:, None] - torch.arange(trained)[None, :]).abs() <= gap
+    best = (P[start:] @ P[:trained].T).masked_fill(near, -torch.inf).max(dim=1)
+    return pd.DataFrame({"position": positions.numpy(), "tuned": (positions < trained).numpy(),
+                         "alias": best.indices.numpy(), "cosine": best.values.numpy(),
+                         "neighbour_cosine": (P[start:] * P[start - 1:-1]).sum(1).numpy()})

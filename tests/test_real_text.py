@@ -108,5 +108,13 @@ def test_position_aliasing_matches_a_direct_cosine() -> None:
     direct = torch.nn.functional.cosine_similarity(P[int(row.position)], P[:128], dim=-1)
     assert int(row.alias) == int(direct.argmax())
     assert math.isclose(row.cosine, float(direct.max()), rel_tol=1e-9)
+    far = position_aliasing(encoder, 128, start=64, gap=8)
+    assert far.tuned.sum() == 64 and ((far.position - far.alias).abs() > 8).all()
+    row = far.iloc[70]
+    direct = torch.nn.functional.cosine_similarity(P[int(row.position)], P[:128], dim=-1)
+    direct[max(int(row.position) - 8, 0):int(row.position) + 9] = -2
+    assert int(row.alias) == int(direct.argmax())
     with pytest.raises(TypeError, match="BERT"):
         position_aliasing(models.load("gpt2-random")[0], 10)
+    with pytest.raises(ValueError, match="gap"):
+        position_aliasing(encoder, 128, gap=-1)
