@@ -137,9 +137,12 @@ def test_first_step_stop_probability_rejects_small_size() -> None:
 def test_paper_random_gpt2_draws_the_pinned_versions_weights(seed: int, sums: tuple[float, float, float]) -> None:
     model = paper_random_gpt2(seed)
     assert model.training
-    drawn = [model.h[6].attn.c_attn.weight, model.h[6].attn.c_proj.weight, model.wte.weight]
-    torch.testing.assert_close(torch.stack([w.double().sum() for w in drawn]),
-                               torch.tensor(sums, dtype=torch.float64), rtol=1e-9, atol=1e-9)
+    drawn = [model.h[6].attn.c_attn.weight.double(), model.h[6].attn.c_proj.weight.double(), model.wte.weight.double()]
+    # torch's CPU normal sampler rounds differently in its vectorised (AVX2) and portable kernels, by float32
+    # rounding per weight: each sum may move by 1e-6 of the weights' absolute sum; another seed moves it by
+    # about sqrt(size) standard deviations, a thousand times more or so.
+    for w, expected in zip(drawn, sums, strict=True):
+        assert abs(float(w.sum()) - expected) <= 1e-6 * float(w.abs().sum())
 
 
 def test_training_inputs_in_eval_mode_are_the_attention_inputs(gpt2: torch.nn.Module) -> None:
