@@ -54,8 +54,7 @@ PAGE_TIMEOUT_S = 60.0
 # Tables printed as text wider than the column that chapters still print (issue 26): book.js lets them
 # scroll, but a reader must scroll each row; they are to be shown with lipnb.report.markdown_table. A page
 # may not print more of them than listed here (none where not listed), so that none is added or comes back.
-TEXT_TABLES_TO_CONVERT = {"book/10_performance": 2,
-                          "book/32_l2_tightness": 1}
+TEXT_TABLES_TO_CONVERT = {"book/10_performance": 2}
 # What prose says about the build is checked against the Makefile (test_prose_agrees_with_the_makefile).
 PROSE_ABOUT_THE_BUILD = ["README.md", "book/intro.md"]
 
