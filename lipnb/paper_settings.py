@@ -80,15 +80,7 @@ def random_gpt2_attention(model: nn.Module, layer: int) -> Map:
 def training_inputs(model: nn.Module, layer: int, input_ids: Tensor) -> Tensor:
     """The input of block ``layer``'s attention (``ln_1`` output) in a forward in the model's current mode, as the
     published forward hook captured it (training mode: dropout in the embeddings and earlier blocks)."""
-    captured: list[Tensor] = []
-
-    def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
-        captured.append((args[0] if args else kwargs["hidden_states"]).clone())
-        raise models.StopForward
-
-    handle = model.h[layer].attn.register_forward_pre_hook(hook, with_kwargs=True)
-    models.forward_with_hooks(model, input_ids, [handle])
-    return captured[0]
+    return models.capture_inputs(model, input_ids, {layer: model.h[layer].attn})[layer]
 
 
 def decoder_output_tuple_map(model: nn.Module, layer: int) -> Map:
