@@ -9,7 +9,8 @@ import numbers
 import torch
 from torch import Tensor
 
-__all__ = ["as_count", "as_radius", "as_real", "check_float", "check_matrix", "check_positive_int", "check_tokens"]
+__all__ = ["all_finite", "as_count", "as_radius", "as_real", "check_float", "check_matrix", "check_positive_int",
+           "check_tokens"]
 
 
 def _as_float64(x: object, name: str) -> Tensor:
@@ -61,13 +62,19 @@ def check_positive_int(k: object, name: str, minimum: int = 1) -> int:
     return int(k)
 
 
+def all_finite(X: Tensor) -> bool:
+    """Whether every entry of ``X`` is finite: one sum (any NaN or inf makes it non-finite), confirmed entry by
+    entry only when the sum is not finite, since finite entries can overflow it."""
+    return bool(torch.isfinite(X.sum())) or bool(torch.isfinite(X).all())
+
+
 def check_float(X: object, name: str) -> Tensor:
     """``X`` unchanged, checked to be a finite floating-point tensor (float32 or float64)."""
     if not isinstance(X, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor; got {type(X).__name__}")
     if X.dtype not in (torch.float32, torch.float64):
         raise TypeError(f"{name} must be float32 or float64; got {X.dtype}")
-    if not bool(torch.isfinite(X).all()):
+    if not all_finite(X):
         raise ValueError(f"{name} contains NaN or inf")
     if not math.prod(X.shape):
         raise ValueError(f"{name} is empty (shape {tuple(X.shape)})")
@@ -88,7 +95,7 @@ def check_tokens(X: Tensor, name: str = "X") -> None:
         raise ValueError(f"{name} has n = {X.shape[1]} tokens; a sequence needs n >= 1")
     if X.shape[2] < 1:
         raise ValueError(f"{name} has token dimension d = 0")
-    if not bool(torch.isfinite(X).all()):
+    if not all_finite(X):
         raise ValueError(f"{name} contains NaN or inf")
 
 

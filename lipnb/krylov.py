@@ -199,17 +199,13 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
     N = u[0].numel()
     m = min(max_iter, N)
     index = torch.arange(len(u), device=u.device)
-    q = normalize(u).flatten(1)
-    basis = q.new_empty(len(q), min(m, 32), N)                  # (b, capacity, N), grown on demand
-    alpha = q.new_zeros(len(q), m, dtype=torch.float64)
-    beta = q.new_zeros(len(q), m, dtype=torch.float64)
-    eps = torch.finfo(q.dtype).eps
+    basis = u.new_empty(len(u), min(m, 32), N)                  # (b, capacity, N), grown on demand
+    basis[:, 0] = normalize(u).flatten(1)
+    alpha = u.new_zeros(len(u), m, dtype=torch.float64)
+    beta = u.new_zeros(len(u), m, dtype=torch.float64)
+    eps = torch.finfo(u.dtype).eps
     for k in range(m):
-        if k == basis.shape[1]:
-            grown = basis.new_empty(len(q), min(2 * k, m), N)
-            grown[:, :k] = basis
-            basis = grown
-        basis[:, k] = q
+        q = basis[:, k]
         w = normal(q.view(-1, *shape)).flatten(1)
         a = batched_dot(q, w)
         w.addcmul_(a.unsqueeze(1), q, value=-1)
@@ -219,13 +215,13 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
         # The three-term recurrence above removed the large components; one classical Gram-Schmidt
         # pass against the whole basis removes the rounding errors, a second one runs only where the
         # first removed most of w (the "twice is enough" test of Daniel, Gragg, Kaufman and Stewart).
-        before = norms(w)
+        # The norm before a pass is sqrt(b² + |h|²), h the removed coefficients (V is orthonormal).
         for _ in range(2):
-            w = torch.baddbmm(w.unsqueeze(1), torch.bmm(w.unsqueeze(1), V.mT), V, alpha=-1).squeeze(1)
+            h = torch.bmm(w.unsqueeze(1), V.mT)
+            w = torch.baddbmm(w.unsqueeze(1), h, V, alpha=-1).squeeze(1)
             b = norms(w)
-            if not bool((b < 0.7071 * before).any()):
+            if not bool((b.square() < 0.5 * (b.square() + h.square().sum((1, 2)))).any()):
                 break
-            before = b
         alpha[:, k], beta[:, k] = a.double(), b.double()
         T = torch.diag_embed(alpha[:, : k + 1]) + torch.diag_embed(beta[:, :k], 1) \
             + torch.diag_embed(beta[:, :k], -1)
@@ -242,7 +238,7 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
         converged = _stops(res, error, tol, rtol) | invariant | (th <= 0)
         stop = converged | (k + 1 == m)
         if bool(stop.any()):
-            vec = torch.bmm(s[stop].to(q.dtype).unsqueeze(1), V[stop]).squeeze(1)
+            vec = torch.bmm(s[stop].to(w.dtype).unsqueeze(1), V[stop]).squeeze(1)
             out.record(index[stop], th[stop], k + 1, converged[stop], res[stop], error[stop],
                        normalize(vec).view(-1, *shape))
             keep = ~stop
@@ -256,5 +252,9 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
             basis = basis[: len(perm)]
             index, alpha, beta, w, b = index[perm], alpha[perm], beta[perm], w[perm], b[perm]
             normal.keep(perm)
-        q = w / b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1)
+        if k + 1 == basis.shape[1]:
+            grown = basis.new_empty(len(basis), min(2 * (k + 1), m), N)
+            grown[:, : k + 1] = basis
+            basis = grown
+        torch.div(w, b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1), out=basis[:, k + 1])
     return out

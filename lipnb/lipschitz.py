@@ -22,7 +22,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .attention import log_weights
-from .checks import check_positive_int, check_tokens
+from .checks import all_finite, check_positive_int, check_tokens
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, power_iteration
 
 __all__ = [
@@ -99,7 +99,7 @@ def _check_output(Y: object, X: Tensor) -> None:
         shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
         raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
                          f" it returned {shape}")
-    if not bool(torch.isfinite(Y).all()):
+    if not all_finite(Y):
         raise ValueError("fn returned NaN or inf at X: its local Lipschitz constant is undefined there")
 
 
