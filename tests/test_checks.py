@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import bounds, inputs
-from lipnb.checks import as_count, as_radius, check_float, check_positive_int
+from lipnb.checks import all_finite, as_count, as_radius, check_float, check_positive_int
 
 f64 = torch.float64
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-10, 10**6))
@@ -165,3 +165,17 @@ def test_flow_checks_its_steps() -> None:
         flow.attention_flow_rk4(X, A, A, math.inf, 3)
     with pytest.raises(ValueError, match="tol must be > 0"):
         flow.cluster_labels(X[0], -1.0)
+
+
+@given(st.lists(st.floats(allow_nan=True, allow_infinity=True, width=32), min_size=1, max_size=40),
+       st.sampled_from([torch.float32, torch.float64, torch.bfloat16]))
+def test_all_finite_agrees_with_the_entrywise_test(values: list[float], dtype: torch.dtype) -> None:
+    """The one-sum test answers as ``isfinite(X).all()`` for any entries, overflowing sums of finite ones included."""
+    X = torch.tensor(values).to(dtype)
+    assert all_finite(X) == bool(torch.isfinite(X).all())
+
+
+def test_all_finite_when_finite_entries_overflow_their_sum() -> None:
+    X = torch.full((4,), torch.finfo(torch.float32).max)
+    assert not torch.isfinite(X.sum()) and all_finite(X)
+    assert not all_finite(torch.tensor([math.inf, -math.inf])) and not all_finite(torch.tensor([1.0, math.nan]))
