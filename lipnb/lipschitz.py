@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from . import memory
 from .attention import log_weights
 from .checks import all_finite, check_positive_int, check_tokens
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, power_iteration
@@ -192,20 +193,6 @@ def _shrink_ratio(lin: object) -> float:
     return 0.5 if isinstance(lin, Linearization) else 1.0
 
 
-def _native_bfloat16(device: torch.device) -> bool:
-    """Whether ``device`` multiplies bfloat16 matrices in hardware (else they are emulated, often slower)."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_capability(device) >= (8, 0)
-    if device.type != "cpu":
-        return False
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
     """The dtype of the first, low-precision run (see :func:`local_lipschitz`), or ``None``."""
     if presolve is None:
@@ -213,34 +200,11 @@ def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, meth
     dtype = lin.output.dtype
     if presolve == "auto":
         native = dtype == torch.float32 and method == "lanczos" and hasattr(lin, "to")
-        return torch.bfloat16 if native and _native_bfloat16(lin.output.device) else None
+        return torch.bfloat16 if native and memory.native_bfloat16(lin.output.device) else None
     if not hasattr(lin, "to"):
         raise ValueError("presolve needs a closed-form linearization with .to(dtype) (e.g. lipnb.attention."
                          "MultiHeadMap); pass presolve=None for this map")
     return presolve
-
-
-def _is_oom(error: BaseException) -> bool:
-    """An allocation failure (CUDA out of memory, or the CPU allocator refusing a request)."""
-    if isinstance(error, torch.OutOfMemoryError):
-        return True
-    text = str(error)
-    return isinstance(error, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text)
-
-
-def _memory_budget(device: torch.device) -> int:
-    """Bytes one call may use: 80% of the free memory of a CUDA device, half the available RAM on CPU."""
-    if device.type == "cuda":
-        free, _ = torch.cuda.mem_get_info(device)
-        return int(0.8 * free)
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 // 2
-    except OSError:
-        pass
-    return 4 << 30
 
 
 def _state_bytes(fn: Map, x: Tensor) -> int:
@@ -272,7 +236,7 @@ def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
     if B == 1:
         return 1
     per_input = 3 * _state_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
-    return max(1, min(B, _memory_budget(X.device) // max(per_input, 1)))
+    return max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
 
 
 def local_lipschitz(
@@ -376,7 +340,7 @@ def local_lipschitz(
             outcome = solver(normal, u, tol, max_iter, rtol)
             left = normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as error:
-            if not _is_oom(error) or chunk == 1:
+            if not memory.is_oom(error) or chunk == 1:
                 raise
             lin = normal = None
             if X.device.type == "cuda":
@@ -419,7 +383,7 @@ def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
     B, n, d = X.shape
     N = n * d
     per_direction = 3 * _state_bytes(fn, X) + 2 * X.numel() * X.element_size()   # also checks fn's output
-    chunk = max(1, min(N, _memory_budget(X.device) // per_direction))
+    chunk = max(1, min(N, memory.memory_budget(X.device) // per_direction))
     basis = torch.eye(N, dtype=X.dtype, device=X.device).view(N, 1, n, d).expand(N, B, n, d)
     with sdpa_kernel(SDPBackend.MATH):          # the fused attention kernels have no forward-mode AD
         columns = torch.func.vmap(lambda t: torch.func.jvp(fn, (X,), (t,))[1], chunk_size=chunk)(basis)

@@ -14,7 +14,7 @@ Prop. 3.4's ``γ_h`` per offset, ``aligned_input`` the input on which a rotary h
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -44,6 +44,7 @@ __all__ = [
     "head_A",
     "head_matrices",
     "is_llama",
+    "module_map",
     "offset_spectra",
     "random_llama",
     "rotate",
@@ -319,6 +320,21 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int 
         return f
     norm = model.layers[layer].input_layernorm
     return RotaryBlockMap(f, norm.weight.detach(), float(norm.variance_epsilon))
+
+
+def module_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
+    """Layer ``layer``'s own ``LlamaAttention`` module as a map ``(B, n, d) -> (B, n, d)``: rotary positions
+    ``0..n-1`` from the model's ``rotary_emb``, an explicit causal mask; what :func:`attention_map` ``"mha"``
+    computes in closed form, run by transformers (the paper's method differentiates such a module)."""
+    attn = _check(model, layer)
+
+    def f(X: Tensor) -> Tensor:
+        n = X.shape[1]
+        cos, sin = model.rotary_emb(X, torch.arange(n, device=X.device)[None].expand(X.shape[0], -1))
+        mask = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype, device=X.device).triu(1)[None, None]
+        return attn(hidden_states=X, position_embeddings=(cos, sin), attention_mask=mask)[0]
+
+    return f
 
 
 def head_matrices(model: nn.Module, layer: int, offsets: Sequence[int] = (0,)) -> Tensor:

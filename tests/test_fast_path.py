@@ -21,7 +21,7 @@ from hypothesis import given
 from torch import Tensor
 
 import lipnb.lipschitz as lipschitz
-from lipnb import krylov
+from lipnb import krylov, memory
 from lipnb.attention import MultiHead, multihead_attention
 from lipnb.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
 from lipnb.lipschitz import (
@@ -229,7 +229,7 @@ def test_presolve_choices(gen: torch.Generator, monkeypatch: pytest.MonkeyPatch)
     X = 2 * randn(gen, 2, 6, 6)
     fn = MultiHeadMap(heads.to(torch.float32))
     for native in (True, False):
-        monkeypatch.setattr(lipschitz, "_native_bfloat16", lambda device, native=native: native)
+        monkeypatch.setattr(memory, "native_bfloat16", lambda device, native=native: native)
         res = local_lipschitz(fn, X.float(), detailed=True)
         assert bool((res.presolve_iterations > 0).all()) == native
         for other in (local_lipschitz(fn, X, detailed=True),                      # float64
@@ -255,9 +255,9 @@ def test_native_bfloat16_reads_the_cpu_flags(monkeypatch: pytest.MonkeyPatch, tm
         info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
         monkeypatch.setattr(builtins, "open", lambda path, *a, info=info, **k: real_open(
             info if path == "/proc/cpuinfo" else path, *a, **k))
-        assert lipschitz._native_bfloat16(torch.device("cpu")) is expected
+        assert memory.native_bfloat16(torch.device("cpu")) is expected
     monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
-    assert lipschitz._native_bfloat16(torch.device("cpu")) is False
+    assert memory.native_bfloat16(torch.device("cpu")) is False
 
 
 def test_non_convergence_is_still_reported(gen: torch.Generator) -> None:
@@ -339,7 +339,7 @@ def test_chunks_from_the_memory_estimate_give_the_same_values(gen: torch.Generat
     for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads), block):
         whole = local_lipschitz(fn, X, detailed=True)
         per_input = 3 * lipschitz._state_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
-        monkeypatch.setattr(lipschitz, "_memory_budget", lambda device, b=per_input: 2 * b + 1)
+        monkeypatch.setattr(memory, "memory_budget", lambda device, b=per_input: 2 * b + 1)
         assert lipschitz._chunk_size(fn, X, 72) == 2
         parts = local_lipschitz(fn, X, detailed=True)
         monkeypatch.undo()

@@ -19,7 +19,7 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
-import lipnb.lipschitz as lipschitz_module
+from lipnb import memory
 from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
 from lipnb.jacobian import MultiHeadMap
 from lipnb.krylov import normalize, norms
@@ -440,7 +440,7 @@ def test_jacobian_matrix_with_per_batch_data_and_small_memory(gen: torch.Generat
         reverse = torch.autograd.functional.jacobian(
             lambda z, b=b: self_attention(z.unsqueeze(0), A, V, weights=w[b])[0], X[b])
         torch.testing.assert_close(J[b], reverse.reshape(12, 12), rtol=1e-12, atol=1e-12)
-    monkeypatch.setattr(lipschitz_module, "_memory_budget", lambda device: 1)
+    monkeypatch.setattr(memory, "memory_budget", lambda device: 1)
     torch.testing.assert_close(jacobian_matrix(fn, X), J, rtol=0, atol=0)
 
 

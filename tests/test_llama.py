@@ -20,14 +20,6 @@ def _tokens(n: int, seed: int = 0, batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, n, 256, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
 
 
-def _hf_attention(model: torch.nn.Module, layer: int, X: torch.Tensor) -> torch.Tensor:
-    n = X.shape[1]
-    attn = model.layers[layer].self_attn
-    cos, sin = model.rotary_emb(X, torch.arange(n)[None].expand(X.shape[0], -1))
-    mask = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype).triu(1)[None, None]
-    return attn(hidden_states=X, position_embeddings=(cos, sin), attention_mask=mask)[0]
-
-
 def test_head_A_gives_the_scores_at_relative_position_zero(model: torch.nn.Module) -> None:
     attn = model.layers[1].self_attn
     X = _tokens(5, batch=1)
@@ -58,12 +50,12 @@ def test_head_matrices_give_the_rotated_scores_pair_by_pair(model: torch.nn.Modu
 @pytest.mark.parametrize("layer", [0, 3])
 def test_mha_and_block_are_what_the_model_computes(model: torch.nn.Module, layer: int) -> None:
     X = _tokens(9, seed=layer)
-    reference = _hf_attention(model, layer, X)
+    reference = llama.module_map(model, layer)(X)
     # transformers rounds the rotary angles to float32: agreement to that precision, not to float64's.
     torch.testing.assert_close(llama.attention_map(model, layer)(X), reference, rtol=1e-6, atol=1e-6)
     block = model.layers[layer]
     torch.testing.assert_close(llama.attention_map(model, layer, "block")(X),
-                               X + _hf_attention(model, layer, block.input_layernorm(X)), rtol=1e-6, atol=1e-6)
+                               X + llama.module_map(model, layer)(block.input_layernorm(X)), rtol=1e-6, atol=1e-6)
     assert (llama.attention_map(model, layer, rotary=False)(X) - reference).abs().max() > 1e-3
 
 

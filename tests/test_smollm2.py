@@ -73,14 +73,7 @@ def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, l
     # rounding, and with transformers' module (angles, cos/sin and softmax in float32) to float32 rounding.
     torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float64), rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(Y, _reference(model, layer, X[0], torch.float32), rtol=1e-5, atol=1e-5)
-    torch.testing.assert_close(Y, _hf(model, layer, X)[0], rtol=1e-5, atol=1e-5)
-
-
-def _hf(model: torch.nn.Module, layer: int, X: torch.Tensor) -> torch.Tensor:
-    n = X.shape[1]
-    cos, sin = model.rotary_emb(X, torch.arange(n)[None])
-    mask = torch.full((n, n), torch.finfo(X.dtype).min, dtype=X.dtype).triu(1)[None, None]
-    return model.layers[layer].self_attn(hidden_states=X, position_embeddings=(cos, sin), attention_mask=mask)[0]
+    torch.testing.assert_close(Y, llama.module_map(model, layer)(X)[0], rtol=1e-5, atol=1e-5)
 
 
 def test_block_and_closed_form_products(loaded: tuple) -> None:
@@ -88,7 +81,7 @@ def test_block_and_closed_form_products(loaded: tuple) -> None:
     ids = tokenizer("Down the Rabbit-Hole", return_tensors="pt").input_ids
     H = llama.attention_inputs(model, [15], ids, "block")[15]
     block = llama.attention_map(model, 15, "block")
-    expected = H + _hf(model, 15, model.layers[15].input_layernorm(H))
+    expected = H + llama.module_map(model, 15)(model.layers[15].input_layernorm(H))
     torch.testing.assert_close(block(H), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
     for f, X in ((block, H), (llama.attention_map(model, 15, head=4), llama.attention_inputs(model, [15], ids)[15])):
         lin = f.linearize(X)
