@@ -13,7 +13,7 @@ from huggingface_hub import constants as hub_constants
 from torch import Tensor, nn
 from transformers import GPT2Model
 
-from lipnb import models
+from lipnb import loading, models
 from lipnb.attention import multihead_attention
 from lipnb.lipschitz import Linearizable, local_lipschitz
 
@@ -343,7 +343,7 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
 
 def test_load_puts_the_model_on_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """``load`` follows ``lipnb.profiles.default_device()`` (the GPU when there is one) unless told."""
-    monkeypatch.setattr(models, "default_device", lambda: torch.device("meta"))
+    monkeypatch.setattr(loading, "default_device", lambda: torch.device("meta"))
     model, _ = models.load("gpt2-random")
     assert {p.device.type for p in model.parameters()} == {"meta"}
     model, _ = models.load("gpt2-random", device="cpu")
