@@ -8,26 +8,21 @@ and :class:`RotaryAttentionMap` applies its Jacobian in closed form. ``attention
 ``"mha"`` (what ``LlamaAttention`` computes on the tokens entering it, causal), ``"block"`` (``X +
 mha(RMSNorm(X))``) or one head, with the rotation on (as the model runs) or off. ``offset_spectra`` gives
 Prop. 3.4's ``γ_h`` per offset, ``aligned_input`` the input on which a rotary head computes the unrotated one
-(Sec. 5.2 under rotary positions), ``growth_sweep`` local constants on windows of a text.
+(Sec. 5.2 under rotary positions). Their inputs, and sweeps over text, are :mod:`lipnb.models`' and
+:mod:`lipnb.real_text`'s, as for every model.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import pandas as pd
 import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
-from . import data
 from .attention import check_tokens, mask_future
 from .inputs import HeadSpectrum, head_spectra
-from .lipschitz import local_lipschitz
-from .models import capture_inputs
-from .results import ResultTable, cached_table, progress
 from .sublayers import SublayerLinearization
 
 __all__ = [
@@ -38,9 +33,7 @@ __all__ = [
     "RotaryBlockMap",
     "RotaryLinearization",
     "aligned_input",
-    "attention_inputs",
     "attention_map",
-    "growth_sweep",
     "head_A",
     "head_matrices",
     "is_llama",
@@ -380,45 +373,6 @@ def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
     Q = attn.q_proj.weight.detach()[head * k:(head + 1) * k]
     K = attn.k_proj.weight.detach()[group * k:(group + 1) * k]
     return K.T @ Q * attn.scaling
-
-
-def attention_inputs(model: nn.Module, layers: Sequence[int], input_ids: Tensor,
-                     kind: str = "mha") -> dict[int, Tensor]:
-    """The tokens entering each layer's ``attention_map(.., kind)`` in a no-grad forward stopped after the last
-    layer asked for: after ``input_layernorm`` (``"mha"``, ``"self"``), or the layer's input (``"block"``)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
-    layers = [int(i) for i in layers]
-    modules = {i: model.layers[i] if kind == "block" else _check(model, i) for i in set(layers)}
-    captured = capture_inputs(model, input_ids, modules)
-    return {i: captured[i] for i in layers}
-
-
-def growth_sweep(model: nn.Module, tokenizer: object, name: str, text: str, layers: Sequence[int],
-                 lengths: Sequence[int], per_length: int) -> ResultTable:
-    """Sec. 5.1 for a Llama decoder: ``Lip_X`` of :func:`attention_map` (rotary, causal) at every window of
-    :func:`lipnb.data.token_sequences` of ``text``, at each layer, in the model's dtype; cached under ``name``
-    (which must identify the model and its dtype). Columns: ``layer, n, sequence, lip, radius`` (root mean
-    square token norm)."""
-    lengths, layers = [int(n) for n in lengths], [int(i) for i in layers]
-    params = {"model": name, "dtype": str(next(model.parameters()).dtype),
-              "text": hashlib.sha256(text.encode()).hexdigest()[:16], "layers": layers, "lengths": lengths,
-              "per_length": per_length, "map": "closed-form"}
-
-    def compute() -> dict[str, list]:
-        sequences = data.token_sequences(text, tokenizer, lengths, per_length)
-        rows = []
-        for n in progress(lengths, desc=f"{name} growth"):
-            inputs = attention_inputs(model, layers, sequences[n])
-            for i in layers:
-                X = inputs[i]
-                rows.append(pd.DataFrame({
-                    "layer": i, "n": n, "sequence": range(len(X)),
-                    "lip": local_lipschitz(attention_map(model, i), X).cpu().numpy(),
-                    "radius": X.double().norm(dim=-1).square().mean(1).sqrt().cpu().numpy()}))
-        return pd.concat(rows, ignore_index=True).to_dict("list")
-
-    return cached_table("llama_growth", params, compute)
 
 
 def aligned_input(model: nn.Module, layer: int, head: int, Y: Tensor) -> Tensor:

@@ -308,7 +308,7 @@ def _input_module(model: nn.Module, layer: int, kind: str) -> nn.Module:
     block = layer_module(model, layer)
     if family(model) == "bert":
         return block.attention if kind == "block" else block.attention.self
-    return block if kind == "block" else block.attn
+    return block if kind == "block" else block.self_attn if family(model) == "llama" else block.attn
 
 
 def attention_inputs(
@@ -320,7 +320,8 @@ def attention_inputs(
     ``BertSelfAttention``). GPT-2, ``"mha"``/``"self"``: ``ln_1`` of the hidden state entering block
     ``layer`` (what ``GPT2Attention`` receives); ``"block"``: the hidden state entering the block.
     Captured by forward pre-hooks in one ``torch.no_grad`` forward, stopped after the last layer asked
-    for; a sequence of layers gives ``{layer: tensor}``. Llama: :func:`lipnb.llama.attention_inputs`.
+    for; a sequence of layers gives ``{layer: tensor}``. Llama, ``"mha"``/``"self"``/``"head"``: what
+    ``LlamaAttention`` receives (after ``input_layernorm``); ``"block"``: the hidden state entering the layer.
     """
     check_kind(kind)
     _check_eval(model)
@@ -329,11 +330,6 @@ def attention_inputs(
         raise ValueError("no layer given")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (batch, n); got shape {tuple(input_ids.shape)}")
-    if family(model) == "llama":
-        from .llama import attention_inputs as llama_inputs
-
-        captured = llama_inputs(model, layers, input_ids, "mha" if kind == "head" else kind)
-        return captured[layer] if isinstance(layer, int) else captured
     captured = capture_inputs(model, input_ids, {i: _input_module(model, i, kind) for i in set(layers)})
     return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
 

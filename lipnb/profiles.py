@@ -27,6 +27,8 @@ class Profile:
     ``text_per_length`` sequences per length of ``alice_lengths`` and ``ag_news_lengths``; ``jump_lengths``
     past the trained context; Lemma C.7's input at ``adversarial_lengths`` on every head of every layer
     (``every_adversarial_layer``) or of the first, middle and last layer; random GPT-2 from ``seeds``.
+    SmolLM2 (chapter 24) runs ``smollm2_layers`` (``None``: every layer) on both texts' grids, every layer at the
+    two lengths ``smollm2_pair``, and its middle layer at ``smollm2_long_lengths``.
     Part III's language models are a recorded run, not a profile's: their settings are the record's
     (:data:`lipnb.charlm_runs.SETTINGS`, stored with the curves).
     """
@@ -44,6 +46,9 @@ class Profile:
     adversarial_lengths: tuple[int, ...]
     every_adversarial_layer: bool
     seeds: tuple[int, ...]
+    smollm2_layers: tuple[int, ...] | None
+    smollm2_pair: tuple[int, int]
+    smollm2_long_lengths: tuple[int, ...]
 
 
 PROFILES: dict[str, Profile] = {
@@ -61,6 +66,9 @@ PROFILES: dict[str, Profile] = {
         adversarial_lengths=(2, 4, 8, 16, 32, 64, 97),
         every_adversarial_layer=False,
         seeds=(0, 1, 2),
+        smollm2_layers=(0, 15, 29),
+        smollm2_pair=(16, 128),
+        smollm2_long_lengths=(128, 256, 512),
     ),
     "paper": Profile(
         name="paper",
@@ -76,6 +84,9 @@ PROFILES: dict[str, Profile] = {
         adversarial_lengths=tuple(range(2, 100, 5)),
         every_adversarial_layer=True,
         seeds=(0, 1, 2, 3, 4),
+        smollm2_layers=None,
+        smollm2_pair=(16, 512),
+        smollm2_long_lengths=tuple(range(128, 513, 32)),
     ),
 }
 

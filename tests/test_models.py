@@ -405,7 +405,7 @@ def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
     ids = tokenizer("Alice was beginning to get very tired", return_tensors="pt")["input_ids"]
     assert models.family(model) == "llama" and models.is_decoder(model) and models.num_layers(model) == 4
     X = models.attention_inputs(model, 1, ids)
-    torch.testing.assert_close(X, llama.attention_inputs(model, [1], ids)[1])
+    torch.testing.assert_close(X, model.layers[1].input_layernorm(models.attention_inputs(model, 1, ids, "block")))
     torch.testing.assert_close(models.attention_map(model, 1)(X), llama.attention_map(model, 1)(X))
     norope = models.load("llama-random-norope")[0]
     torch.testing.assert_close(models.attention_map(norope, 1)(X), llama.attention_map(model, 1, rotary=False)(X))

@@ -23,6 +23,7 @@ def test_quick_is_the_offline_default() -> None:
     assert (p.name, p.encoder, p.decoder, p.gpt2) == ("quick", "minilm", "minilm-decoder", "gpt2-random")
     assert (p.lengths, p.per_length) == ((8, 16, 32, 64, 128), 3)
     assert (p.alice_lengths, p.text_per_length, p.every_adversarial_layer) == ((4, 8, 16, 32, 64, 128), 4, False)
+    assert (p.smollm2_layers, p.smollm2_pair, p.smollm2_long_lengths) == ((0, 15, 29), (16, 128), (128, 256, 512))
 
 
 def test_paper_profile_uses_the_hub_models_and_full_grid() -> None:
@@ -31,6 +32,7 @@ def test_paper_profile_uses_the_hub_models_and_full_grid() -> None:
     assert p.lengths == tuple(range(2, 513, 2)) and len(p.lengths) == 256
     assert (p.per_length, p.text_per_length, p.every_adversarial_layer) == (10, 10, True)
     assert max(p.ag_news_lengths) <= 512 and p.alice_lengths == tuple(range(2, 100, 2))
+    assert p.smollm2_layers is None and max(p.smollm2_long_lengths) == max(p.smollm2_pair) == 512
 
 
 def test_profile_names_are_models_lipnb_can_load() -> None:

@@ -85,6 +85,21 @@ def test_real_text_sweep_on_a_tiny_grid(alice: None) -> None:
     assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())
 
 
+def test_real_text_sweep_reaches_a_llama_decoder(alice: None) -> None:
+    """A Llama model goes through the same sweep: causal, rotary, inputs after ``input_layernorm``."""
+    from lipnb import llama
+
+    real = real_text_sweep("llama-random", "alice", [4, 8], 2, layers=[1, 3])
+    assert real.frame.masked.all() and sorted(set(real["layer"].tolist())) == [1.0, 3.0]
+    model, tokenizer = models.load("llama-random")
+    ids = data.token_sequences(data.alice_text(), tokenizer, [4, 8], 2)[8]
+    X = model.layers[3].input_layernorm(models.attention_inputs(model, 3, ids, "block"))
+    torch.testing.assert_close(real.where(n=8, layer=3)["radius"], token_radius(X))
+    torch.testing.assert_close(real.where(n=8, layer=3)["max_norm"], X.double().norm(dim=-1).amax(1))
+    tight = local_lipschitz(llama.attention_map(model, 3), X.double(), tol=1e-10)
+    torch.testing.assert_close(real.where(n=8, layer=3)["lip"], tight, rtol=1e-3, atol=0)
+
+
 def test_token_radii_are_the_rms_norms_of_the_attention_inputs(alice: None) -> None:
     table = token_radii("minilm", "alice", [6], 2)
     model, tokenizer = models.load("minilm")

@@ -67,7 +67,7 @@ def _reference(model: torch.nn.Module, layer: int, X: torch.Tensor, low: torch.d
 def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, layer: int) -> None:
     model, tokenizer = loaded
     ids = tokenizer("Alice was beginning to get very tired of sitting by her sister", return_tensors="pt").input_ids
-    X = llama.attention_inputs(model, [layer], ids)[layer]
+    X = models.attention_inputs(model, layer, ids)
     Y = llama.attention_map(model, layer)(X)[0]
     # The map computes the rotary angles and the softmax in float64: it agrees with a float64 reference to float64
     # rounding, and with transformers' module (angles, cos/sin and softmax in float32) to float32 rounding.
@@ -79,11 +79,11 @@ def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, l
 def test_block_and_closed_form_products(loaded: tuple) -> None:
     model, tokenizer = loaded
     ids = tokenizer("Down the Rabbit-Hole", return_tensors="pt").input_ids
-    H = llama.attention_inputs(model, [15], ids, "block")[15]
+    H = models.attention_inputs(model, 15, ids, "block")
     block = llama.attention_map(model, 15, "block")
     expected = H + llama.module_map(model, 15)(model.layers[15].input_layernorm(H))
     torch.testing.assert_close(block(H), expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
-    for f, X in ((block, H), (llama.attention_map(model, 15, head=4), llama.attention_inputs(model, [15], ids)[15])):
+    for f, X in ((block, H), (llama.attention_map(model, 15, head=4), models.attention_inputs(model, 15, ids))):
         lin = f.linearize(X)
         E = torch.randn(X.shape, dtype=X.dtype, generator=torch.Generator().manual_seed(0))
         G = torch.randn(lin.output.shape, dtype=X.dtype, generator=torch.Generator().manual_seed(1))
