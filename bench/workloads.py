@@ -28,6 +28,8 @@ Usage::
 
     python bench/workloads.py                      # both workloads, about 2 min on a quiet 2-core CPU
     python bench/workloads.py --models minilm:2 gpt2-random:6 --repeats 3
+    python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3 --workloads chapter-10 \
+        --out lipnb/benchmark_records/lipschitz-cpu-decoders.json   # one thread: robust on a busy machine
 
 Writes ``lipnb.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
 """
@@ -205,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=128)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), default=None,
+                        help="run only these workloads, on every model (default: both on the first model, the "
+                             "issue's on the others)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     os.environ.setdefault("LIPNB_DATA_DIR", str(ROOT.parent / "shared" / "data"))
@@ -217,7 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"{core.device_name(torch.device('cpu'))}, load {load_start}, torch {torch.__version__}, git {commit}")
     rows = []
     for i, spec in enumerate(args.models):
-        rows += bench(spec, WORKLOADS if i == 0 else {"issue-23": WORKLOADS["issue-23"]}, args.n, args.batch,
+        chosen = {w: WORKLOADS[w] for w in args.workloads} if args.workloads else \
+            WORKLOADS if i == 0 else {"issue-23": WORKLOADS["issue-23"]}
+        rows += bench(spec, chosen, args.n, args.batch,
                       args.repeats, log)
     record = {
         "schema": 1,
@@ -225,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
         "device": "cpu", "device_name": core.device_name(torch.device("cpu")),
-        "threads": {w: t for w, t in WORKLOADS.items()},
+        "threads": {w: WORKLOADS[w] for w in {row["workload"] for row in rows}},
         "load_average": {"start": load_start, "end": core.load_average()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
