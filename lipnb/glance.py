@@ -1,17 +1,14 @@
-"""Every published number of Sec. 5 beside ours: the numbers, the values chapters stored, and computed verdicts.
+"""Every published number of Sec. 5 beside ours: the numbers, their models and computed verdicts.
 
 ``PUBLISHED`` lists the paper's numbers (its text and its published scripts), each with the model it needs;
-:func:`read_states` reads the values a chapter stated (``lipnb.report.state``) from its stored outputs;
 :func:`verdict` words whether our data support a published number, as published and once corrected.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["CORRECTION_TARGETS", "PUBLISHED", "PublishedNumber", "read_states", "verdict"]
+__all__ = ["CORRECTION_TARGETS", "PUBLISHED", "PublishedNumber", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -62,18 +59,6 @@ CORRECTION_TARGETS: dict[str, str] = {
     "the Lambert-W term": "Kim et al.'s paper",
     "the 2-norm bound needs": "Kim et al.'s paper",
 }
-
-
-def read_states(path: Path) -> dict[str, str]:
-    """The values a stored notebook stated with ``lipnb.report.state``: ``{name: text}``."""
-    states = {}
-    for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            text = out.get("data", {}).get("application/papermill.record/text/plain")
-            if name and text is not None:
-                states[name] = text.strip("'\"")
-    return states
 
 
 def verdict(as_published: bool, once_corrected: bool) -> str:

@@ -5,7 +5,8 @@
   ``check.close``, ``check.between``, ``check.equal``): the verdict and the printed margin come from the
   same comparison, so they cannot disagree. Each check prints one ledger line
   ``holds: <claim> | <value> <op> <threshold> | margin <m>`` and raises ``AssertionError`` when it fails;
-  :func:`read_ledger` collects those lines from the stored outputs of every chapter;
+  :func:`read_ledger` collects those lines from the stored outputs of every chapter, and :func:`read_states`
+  the values :func:`state` glued;
 * :func:`markdown_table` shows a table as MyST Markdown, so the book renders it as an HTML table whose
   cells may hold links and math, instead of fixed-width text wider than the page;
 * :func:`figure` opens a figure whose title is the question it answers; :func:`show` glues it under a name
@@ -42,8 +43,8 @@ from matplotlib.lines import Line2D
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-__all__ = ["Check", "LedgerEntry", "check", "figure", "figure_defects", "markdown_table", "read_ledger", "show",
-           "state"]
+__all__ = ["Check", "LedgerEntry", "check", "figure", "figure_defects", "markdown_table", "read_ledger",
+           "read_states", "show", "state"]
 
 Number = float | int | np.ndarray
 
@@ -197,6 +198,18 @@ def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
                     if m:
                         entries.append(LedgerEntry(Path(path).stem, m["claim"], m["detail"], float(m["margin"])))
     return entries
+
+
+def read_states(path: Path) -> dict[str, str]:
+    """The values a stored notebook stated with :func:`state`: ``{name: text}``."""
+    states = {}
+    for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = out.get("data", {}).get("application/papermill.record/text/plain")
+            if name and text is not None:
+                states[name] = text.strip("'\"")
+    return states
 
 
 def figure(title: str, *, ncols: int = 1, width: float = 6.0, height: float = 3.6,

@@ -4,6 +4,8 @@
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
 * Random problems drawn by tests in several files (``from conftest import random_attention_params``):
   ``random_multihead``, ``random_head_matrix``, ``random_attention_problem``, ``random_attention_params``.
+* The two tests every mutation file makes (``from conftest import mutation_tests``): each catcher passes, and
+  under each mutation every catcher listed for it fails.
 """
 
 from __future__ import annotations
@@ -89,3 +91,36 @@ def random_attention_params(gen: torch.Generator, d: int = 3, d_v: int = 3) -> t
     A = torch.randn(d, d, generator=gen, dtype=F64) / d**0.5
     V = torch.randn(d_v, d, generator=gen, dtype=F64) / d**0.5
     return A, V
+
+
+# --------------------------------------------------------------------------- mutation tests
+
+Mutation = Callable[[Callable], Callable]
+
+
+def mutate(monkeypatch: pytest.MonkeyPatch, owner: object, attribute: str, mutation: Mutation) -> None:
+    """Replace ``owner.attribute`` by ``mutation`` of it for the test's duration."""
+    monkeypatch.setattr(owner, attribute, mutation(getattr(owner, attribute)))
+
+
+def mutation_tests(catchers: list[Callable[[], None]],
+                   mutations: dict[str, tuple[object, str, Mutation, list[Callable[[], None]]]]
+                   ) -> tuple[Callable[..., None], Callable[..., None]]:
+    """``(test_catchers_pass, test_mutation_is_caught)`` for a mutation file's ``CATCHERS`` and ``MUTATIONS``
+    (name -> owner, attribute, mutation, catchers)."""
+
+    @pytest.mark.parametrize("catcher", catchers, ids=lambda c: c.__name__)
+    def test_catchers_pass(catcher: Callable[[], None]) -> None:
+        """Every catcher holds for the real code."""
+        catcher()
+
+    @pytest.mark.parametrize("name", list(mutations))
+    def test_mutation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Under the mutation, every catcher listed for it fails."""
+        owner, attribute, mutation, listed = mutations[name]
+        mutate(monkeypatch, owner, attribute, mutation)
+        for catcher in listed:
+            with pytest.raises(AssertionError):
+                catcher()
+
+    return test_catchers_pass, test_mutation_is_caught

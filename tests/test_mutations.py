@@ -32,6 +32,7 @@ import jupytext
 import matplotlib.pyplot as plt
 import pytest
 import torch
+from conftest import mutation_tests
 
 from lipnb import attention, bounds, flow, inputs, jacobian, krylov, lipschitz, measures, normalization, real_text
 
@@ -413,20 +414,7 @@ MUTATIONS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
 }
 
 
-@pytest.mark.parametrize("catcher", CATCHERS, ids=lambda c: c.__name__)
-def test_catchers_pass(catcher: Callable[[], None]) -> None:
-    """Every catcher holds for the real code."""
-    catcher()
-
-
-@pytest.mark.parametrize("name", list(MUTATIONS))
-def test_mutation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the mutation, every catcher listed for it fails."""
-    module, function, mutation, catchers = MUTATIONS[name]
-    monkeypatch.setattr(module, function, mutation(getattr(module, function)))
-    for catcher in catchers:
-        with pytest.raises(AssertionError):
-            catcher()
+test_catchers_pass, test_mutation_is_caught = mutation_tests(CATCHERS, MUTATIONS)
 
 
 # ----------------------------------------------------------------------------- source mutations

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from conftest import mutate, mutation_tests
 from scipy.special import lambertw
 
 from lipnb import charlm, charlm_runs, invertible, l2_bounds
@@ -308,26 +309,13 @@ SURVIVORS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
 CATCHERS = sorted({c for *_, catchers in MUTATIONS.values() for c in catchers}, key=lambda c: c.__name__)
 
 
-@pytest.mark.parametrize("catcher", CATCHERS, ids=lambda c: c.__name__)
-def test_catchers_pass(catcher: Callable[[], None]) -> None:
-    """Every catcher holds for the real code."""
-    catcher()
-
-
-@pytest.mark.parametrize("name", list(MUTATIONS))
-def test_mutation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the mutation, every catcher listed for it fails."""
-    owner, attribute, mutation, catchers = MUTATIONS[name]
-    monkeypatch.setattr(owner, attribute, mutation(getattr(owner, attribute)))
-    for catcher in catchers:
-        with pytest.raises(AssertionError):
-            catcher()
+test_catchers_pass, test_mutation_is_caught = mutation_tests(CATCHERS, MUTATIONS)
 
 
 @pytest.mark.parametrize("name", list(SURVIVORS))
 def test_survivor_is_not_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The survivors are real: under each, the chapter checks listed still pass (the gap is documented)."""
     owner, attribute, mutation, checks, _ = SURVIVORS[name]
-    monkeypatch.setattr(owner, attribute, mutation(getattr(owner, attribute)))
+    mutate(monkeypatch, owner, attribute, mutation)
     for passing in checks:
         passing()

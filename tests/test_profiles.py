@@ -22,7 +22,9 @@ def test_quick_is_the_offline_default() -> None:
     assert p == profiles.PROFILES["quick"]
     assert (p.name, p.encoder, p.decoder, p.gpt2) == ("quick", "minilm", "minilm-decoder", "gpt2-random")
     assert (p.lengths, p.per_length) == ((8, 16, 32, 64, 128), 3)
-    assert (p.alice_lengths, p.text_per_length, p.every_adversarial_layer) == ((4, 8, 16, 32, 64, 128), 4, False)
+    assert p.alice_lengths == (4, 6, 8, 12, 16, 24, 32, 48, 64, 128)
+    assert (p.text_per_length, p.every_adversarial_layer) == (4, False)
+    assert p.ag_news_lengths == p.alice_lengths
     assert (p.smollm2_layers, p.smollm2_pair, p.smollm2_long_lengths) == ((0, 15, 29), (16, 128), (128, 256, 512))
 
 

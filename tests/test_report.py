@@ -61,6 +61,16 @@ def test_ledger_reads_the_check_lines(tmp_path: Path, capsys: pytest.CaptureFixt
     assert entry.chapter == "07_demo" and entry.margin == pytest.approx(0.25) and "3 ≤ 4" in entry.detail
 
 
+def test_read_states_reads_what_state_glued(tmp_path: Path) -> None:
+    record = {"output_type": "display_data", "data": {"application/papermill.record/text/plain": "'0.92'"},
+              "metadata": {"scrapbook": {"mime_prefix": "application/papermill.record/", "name": "drawn-C"}}}
+    stream = {"output_type": "stream", "name": "stdout", "text": "holds: x | y | margin 1\n"}
+    path = tmp_path / "chapter.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "outputs": [stream, record]},
+                                          {"cell_type": "markdown"}]}))
+    assert report.read_states(path) == {"drawn-C": "0.92"}
+
+
 def test_state_formats_and_refuses_nonsense() -> None:
     assert report.state("ratio", 0.123456) == "0.123"
     assert report.state("count", 12, "d") == "12"
