@@ -76,7 +76,8 @@ def load_record(name: str = RECORD) -> dict:
         raise ValueError(f"name must be one of {list(RECORDS)}; got {name!r}")
     path = record_path(name)
     if not path.is_file():
-        raise FileNotFoundError(f"no language-model record at {path}; run `python -m lipnb.charlm_runs`")
+        raise FileNotFoundError(f"no language-model record at {path}; "
+                                f"run `python -m lipnb.charlm_runs --record {name}`")
     return json.loads(path.read_text())
 
 
