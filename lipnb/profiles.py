@@ -28,7 +28,7 @@ class Profile:
     past the trained context; Lemma C.7's input at ``adversarial_lengths`` on every head of every layer
     (``every_adversarial_layer``) or of the first, middle and last layer; random GPT-2 from ``seeds``.
     Part III's language models are a recorded run, not a profile's: their settings are the record's
-    (:data:`lipnb.charlm_runs.SETTINGS`, stored with the curves).
+    (:data:`lipnb.charlm_runs.SETTINGS` and ``RECORDS``, stored with the curves).
     """
 
     name: str
