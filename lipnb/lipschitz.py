@@ -312,45 +312,46 @@ def local_lipschitz(
     solver = lanczos if method == "lanczos" else power_iteration
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
     chunk = _chunk_size(fn, X, vectors)
-    parts: list[tuple[KrylovOutcome, Tensor | None, Tensor]] = []
-    begin = 0
-    while begin < len(X):
-        stop = min(begin + chunk, len(X))
-        try:
-            if not probed:
-                _check_batch_independence(fn, X[begin:stop])
-                probed = True
-            lin = linearize(fn, X[begin:stop])
-            if lin.output.dtype not in CERTIFIED:
-                raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
-                                "residual test to certify convergence; run it in float32 or float64 (a "
-                                "low-precision first run is what presolve is for)")
-            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
-            if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
-                u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
-            if low is not None:
-                low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
-                first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
-                u, presolved = first.vector, first.iterations
-            else:
-                presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
-            normal = NormalOperator(lin, _shrink_ratio(lin))
-            if not detailed:
-                del lin
-            outcome = solver(normal, u, tol, max_iter, rtol)
-            left = normalize(lin.jvp(outcome.vector)) if detailed else None
-        except (RuntimeError, torch.OutOfMemoryError) as error:
-            if not memory.is_oom(error) or chunk == 1:
-                raise
-            lin = normal = None
-            if X.device.type == "cuda":
-                torch.cuda.empty_cache()
-            chunk = max(1, chunk // 2)
-            continue
-        del normal
-        lin = None
-        parts.append((outcome, left, presolved))
-        begin = stop
+    with memory.heap_allocations(X.device):      # batch-sized temporaries reuse freed memory
+        parts: list[tuple[KrylovOutcome, Tensor | None, Tensor]] = []
+        begin = 0
+        while begin < len(X):
+            stop = min(begin + chunk, len(X))
+            try:
+                if not probed:
+                    _check_batch_independence(fn, X[begin:stop])
+                    probed = True
+                lin = linearize(fn, X[begin:stop])
+                if lin.output.dtype not in CERTIFIED:
+                    raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
+                                    "residual test to certify convergence; run it in float32 or float64 (a "
+                                    "low-precision first run is what presolve is for)")
+                u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
+                if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
+                    u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
+                if low is not None:
+                    low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
+                    first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
+                    u, presolved = first.vector, first.iterations
+                else:
+                    presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
+                normal = NormalOperator(lin, _shrink_ratio(lin))
+                if not detailed:
+                    del lin
+                outcome = solver(normal, u, tol, max_iter, rtol)
+                left = normalize(lin.jvp(outcome.vector)) if detailed else None
+            except (RuntimeError, torch.OutOfMemoryError) as error:
+                if not memory.is_oom(error) or chunk == 1:
+                    raise
+                lin = normal = None
+                if X.device.type == "cuda":
+                    torch.cuda.empty_cache()
+                chunk = max(1, chunk // 2)
+                continue
+            del normal
+            lin = None
+            parts.append((outcome, left, presolved))
+            begin = stop
     theta = torch.cat([p.theta for p, _, _ in parts])
     converged = torch.cat([p.converged for p, _, _ in parts])
     value = theta.clamp_min(0).sqrt().to(X.dtype)

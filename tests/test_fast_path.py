@@ -9,7 +9,9 @@ the device's memory give the same estimates. No test here times anything.
 from __future__ import annotations
 
 import copy
+import ctypes
 import math
+import platform
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -258,6 +260,37 @@ def test_native_bfloat16_reads_the_cpu_flags(monkeypatch: pytest.MonkeyPatch, tm
         assert memory.native_bfloat16(torch.device("cpu")) is expected
     monkeypatch.setattr(builtins, "open", lambda *a, **k: (_ for _ in ()).throw(OSError("no /proc")))
     assert memory.native_bfloat16(torch.device("cpu")) is False
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                     "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def test_heap_allocations_keep_large_tensors_off_mmap() -> None:
+    """Inside the block a 64 MB tensor comes from the heap (glibc's count of mmapped blocks does not move);
+    outside it, and after it, from a fresh mapping as glibc does by default; CUDA tensors are left alone."""
+    libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        pytest.skip("needs glibc >= 2.33 (mallinfo2)")
+    libc.mallinfo2.restype = _MallInfo2
+
+    def mapped_blocks_while_holding() -> int:
+        before = libc.mallinfo2().hblks
+        held = torch.empty(16 << 20)            # 64 MB, above glibc's largest mmap threshold
+        during = libc.mallinfo2().hblks
+        del held
+        return during - before
+
+    assert mapped_blocks_while_holding() == 1
+    with memory.heap_allocations(torch.device("cpu")):
+        assert mapped_blocks_while_holding() == 0
+        with memory.heap_allocations(torch.device("cpu")):     # nested: the outer block decides
+            assert mapped_blocks_while_holding() == 0
+        assert mapped_blocks_while_holding() == 0
+    assert mapped_blocks_while_holding() == 1
+    with memory.heap_allocations(torch.device("meta")):
+        assert mapped_blocks_while_holding() == 1
 
 
 def test_non_convergence_is_still_reported(gen: torch.Generator) -> None:
