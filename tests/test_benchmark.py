@@ -23,6 +23,23 @@ def test_paper_loop_finds_a_known_norm_and_stops_on_its_own_rule() -> None:
     assert benchmark.paper_power_iteration(lambda Z: Z * D, x)[1] < benchmark.PAPER_MAX_ITER
 
 
+def test_oracle_stop_is_the_first_step_within_rtol_of_the_target() -> None:
+    """With ``target`` the loop stops at the first step within ``rtol`` of it, not on its own test: on a
+    spectrum with a small gap at the top (3 and 2.97) its own test stops short of 1e-4, the oracle at 1e-4
+    (and no earlier step was that close); without reaching the target it runs ``max_iter`` steps."""
+    D = torch.ones(1, 6, 4, dtype=torch.float64)
+    D[0, 2, 1], D[0, 4, 3] = 3.0, 2.97
+    x = torch.randn(1, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    fn = lambda Z: Z * D                                                     # noqa: E731
+    own, own_steps = benchmark.paper_power_iteration(fn, x)
+    assert abs(own / 3 - 1) > 1e-4
+    value, steps = benchmark.paper_power_iteration(fn, x, target=3.0, max_iter=2000)
+    assert abs(value / 3 - 1) <= 1e-4 and steps > own_steps
+    before, _ = benchmark.paper_power_iteration(fn, x, target=3.0, max_iter=steps - 1)
+    assert abs(before / 3 - 1) > 1e-4
+    assert benchmark.paper_power_iteration(fn, x, target=4.0, max_iter=7)[1] == 7
+
+
 def test_records_ship_with_lipnb_and_tabulate() -> None:
     """The committed records are found without the repository (package data) and tabulate one line
     per (run, method), as HTML for Jupyter and Markdown for print; the speedup is fewer FLOPs times
@@ -62,10 +79,13 @@ def test_workload_record_ships_and_tabulates() -> None:
     assert len(table.rows) == sum(len(row["methods"]) for row in record["runs"])
     for row in record["runs"]:
         paper = row["methods"]["paper"]
+        oracle = row["methods"]["paper-oracle"]
         for method, v in row["methods"].items():
-            if method == "paper":
+            if method in benchmark.PAPER_BASELINES:
                 continue
             assert row["speedup"][method]["cpu"] == pytest.approx(paper["cpu"]["median"] / v["cpu"]["median"])
+            assert row["speedup_oracle"][method]["wall"] == pytest.approx(oracle["wall"]["median"]
+                                                                          / v["wall"]["median"])
             split = v["split"]
             parts = split["linearize_cpu_s"] + split["products_cpu_s"] + split["solver_cpu_s"]
             assert parts == pytest.approx(split["cpu_s"])
