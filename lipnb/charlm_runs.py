@@ -39,8 +39,10 @@ RECORD = "agnews"
 # Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget).
 RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
                             "agnews-deep": {"depths": (8, 12), "steps": 1000}}
-# One configuration for every run; only the depth, the attention and the record's steps change.
-SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32, steps=2000, lr=1e-2, seed=0),
+# One configuration for every run; only the depth, the attention and the record's steps change (the
+# configuration carries the first record's, which run_settings replaces with each record's own).
+SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32, steps=RECORDS[RECORD]["steps"],
+                                   lr=1e-2, seed=0),
             "depths": tuple(d for spec in RECORDS.values() for d in spec["depths"]), "log_every": 25,
             "valid_chars": 32768}
 

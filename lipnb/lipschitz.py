@@ -333,6 +333,7 @@ def local_lipschitz(
                     low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
                     first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
                     u, presolved = first.vector, first.iterations
+                    del low_normal, first            # its memory serves the full-precision run
                 else:
                     presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
                 normal = NormalOperator(lin, _shrink_ratio(lin))
