@@ -33,10 +33,9 @@ and CPU. Product cost: one batched ``JᵀJ`` product against one forward pass of
 
 Usage::
 
-    python bench/workloads.py                      # both workloads, about 2 min on a quiet 2-core CPU
-    python bench/workloads.py --models minilm:2 gpt2-random:6 --repeats 3
-    python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3 --workloads chapter-10 \
-        --out lipnb/benchmark_records/lipschitz-cpu-decoders.json   # one thread: robust on a busy machine
+    python bench/workloads.py                      # both workloads on MiniLM, about 2 min on a quiet 2-core CPU
+    python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3   # the record (about 15 min)
+    python bench/workloads.py --models smollm2:3 --workloads chapter-10 --out /tmp/one-thread.json
 
 Writes ``lipnb.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
 """

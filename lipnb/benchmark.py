@@ -27,6 +27,7 @@ __all__ = [
     "Table",
     "cpu_speedup",
     "decomposition",
+    "lipnb_calls",
     "load_record",
     "paper_power_iteration",
     "provenance",
@@ -83,6 +84,11 @@ def paper_power_iteration(fn: Callable[[Tensor], Tensor], x: Tensor, *, seed: in
             break
         previous = estimate
     return max(estimate, 0.0) ** 0.5, steps
+
+
+def lipnb_calls(row: dict) -> dict[str, dict]:
+    """The ``local_lipschitz`` calls of one run of ``bench/workloads.py``'s record (all but the paper's loops)."""
+    return {method: entry for method, entry in row["methods"].items() if method not in PAPER_BASELINES}
 
 
 def records_dir() -> Path:

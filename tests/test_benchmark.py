@@ -80,9 +80,9 @@ def test_workload_record_ships_and_tabulates() -> None:
     for row in record["runs"]:
         paper = row["methods"]["paper"]
         oracle = row["methods"]["paper-oracle"]
-        for method, v in row["methods"].items():
-            if method in benchmark.PAPER_BASELINES:
-                continue
+        calls = benchmark.lipnb_calls(row)
+        assert set(calls) == set(record["calls"]) and set(row["methods"]) - set(calls) == set(benchmark.PAPER_BASELINES)
+        for method, v in calls.items():
             assert row["speedup"][method]["cpu"] == pytest.approx(paper["cpu"]["median"] / v["cpu"]["median"])
             assert row["speedup_oracle"][method]["wall"] == pytest.approx(oracle["wall"]["median"]
                                                                           / v["wall"]["median"])
