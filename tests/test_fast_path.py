@@ -289,6 +289,9 @@ def test_heap_allocations_keep_large_tensors_off_mmap() -> None:
             assert mapped_blocks_while_holding() == 0
         assert mapped_blocks_while_holding() == 0
     assert mapped_blocks_while_holding() == 1
+    with pytest.raises(RuntimeError), memory.heap_allocations(torch.device("cpu")):   # restored after an error too
+        raise RuntimeError("inside")
+    assert mapped_blocks_while_holding() == 1
     with memory.heap_allocations(torch.device("meta")):
         assert mapped_blocks_while_holding() == 1
 
