@@ -158,6 +158,14 @@ except OSError:  # not glibc: peak memory on CPU is then reported as NaN
     _LIBC = None
 
 
+def release_heap() -> bool:
+    """Hand the allocator's free memory back to the system (glibc's ``malloc_trim``); ``False`` without glibc."""
+    if _LIBC is None:
+        return False
+    _LIBC.malloc_trim(0)
+    return True
+
+
 def _rss_kib(field: str) -> int:
     return int(re.search(rf"{field}:\s+(\d+)", Path("/proc/self/status").read_text()).group(1))
 
@@ -175,9 +183,8 @@ def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
         out["MiB"] = (torch.cuda.max_memory_allocated(device) - base) / 2**20
         return
     try:
-        if _LIBC is None:
+        if not release_heap():                                  # hand freed memory back, so RSS is what is in use
             raise OSError("no glibc")
-        _LIBC.malloc_trim(0)                                    # hand freed memory back, so RSS is what is in use
         Path("/proc/self/clear_refs").write_text("5")          # reset the peak RSS (VmHWM)
         base = _rss_kib("VmRSS")
     except OSError:

@@ -127,8 +127,8 @@ def product_cost(f: models.LayerMap, module: Callable, X: Tensor, repeats: int =
 
 def clock(job: Callable[[], dict], cold: bool = False) -> tuple[dict, float, float]:
     """``(result, wall s, CPU s)`` of one call; ``cold``: after handing the allocator's free memory back."""
-    if cold and core._LIBC is not None:
-        core._LIBC.malloc_trim(0)
+    if cold:
+        core.release_heap()
     wall, cpu = time.perf_counter(), time.process_time()
     result = job()
     return result, time.perf_counter() - wall, time.process_time() - cpu
@@ -136,6 +136,15 @@ def clock(job: Callable[[], dict], cold: bool = False) -> tuple[dict, float, flo
 
 def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def ratios(paper: dict, ours: dict, ranges: bool = True) -> dict[str, float | list[float]]:
+    """The paper's median time over ours, wall and CPU; with ``ranges``, the least and most favourable pairings."""
+    out: dict[str, float | list[float]] = {key: paper[key]["median"] / ours[key]["median"] for key in ("wall", "cpu")}
+    if ranges:
+        out |= {f"{key}_range": [paper[key]["min"] / ours[key]["max"], paper[key]["max"] / ours[key]["min"]]
+                for key in ("wall", "cpu")}
+    return out
 
 
 def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, log: Callable[[str], None]) -> list[dict]:
@@ -159,7 +168,7 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
         times: dict[str, dict[str, list]] = {m: {"wall": [], "cpu": [], "cold_wall": [], "cold_cpu": []}
                                              for m in methods}
         values: dict[str, list[float]] = {}
-        paper_steps: dict[str, list[int]] = {}
+        paper_runs: dict[str, dict[str, list]] = {}
         for rep in range(repeats):
             for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
                 if method == "paper":
@@ -177,7 +186,7 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                     times[method]["cold_cpu"].append(cpu)
                 values[method] = result["values"]
                 if method in benchmark.PAPER_BASELINES:
-                    paper_steps[method] = result["iterations"]
+                    paper_runs[method] = result
         row = {"workload": workload, "threads": threads, "model": name, "layer": layer, "n": n, "batch": B,
                "d": int(X.shape[-1]), "reference": ref["values"], "cost": product_cost(f, module, X), "methods": {}}
         for method in methods:
@@ -186,9 +195,8 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                      "wall": summary(times[method]["wall"]), "cpu": summary(times[method]["cpu"]),
                      "max_rel_error": max(errors), "values": values[method]}
             if method in benchmark.PAPER_BASELINES:
-                cap = ORACLE_MAX_ITER if method == "paper-oracle" else benchmark.PAPER_MAX_ITER
-                entry |= {"mean_iterations": sum(paper_steps[method]) / B,
-                          "converged": sum(s < cap for s in paper_steps[method])}
+                entry |= {"mean_iterations": sum(paper_runs[method]["iterations"]) / B,
+                          "converged": sum(paper_runs[method]["converged"])}
             else:
                 detail = lipnb.local_lipschitz(f, X, detailed=True, **CALLS[method])
                 entry |= {"cold_wall_s": times[method]["cold_wall"], "cold_cpu_s": times[method]["cold_cpu"],
@@ -199,15 +207,11 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                           "converged": int(detail.converged.sum()), "max_error_bound": float(detail.error.max()),
                           "split": Split().run(f, X, CALLS[method])}
             row["methods"][method] = entry
-        for baseline, field in (("paper", "speedup"), ("paper-oracle", "speedup_oracle")):
-            paper = row["methods"][baseline]
-            row[field] = {m: {**{key: paper[key]["median"] / v[key]["median"] for key in ("wall", "cpu")},
-                              **{f"{key}_range": [paper[key]["min"] / v[key]["max"], paper[key]["max"] / v[key]["min"]]
-                                 for key in ("wall", "cpu")}}
-                          for m, v in row["methods"].items() if m in CALLS}
-        paper = row["methods"]["paper"]
-        row["speedup_cold"] = {m: {key: paper[key]["median"] / v["cold"][key]["median"] for key in ("wall", "cpu")}
-                               for m, v in row["methods"].items() if m in CALLS}
+        paper, oracle = row["methods"]["paper"], row["methods"]["paper-oracle"]
+        calls = {m: row["methods"][m] for m in CALLS}
+        row["speedup"] = {m: ratios(paper, v) for m, v in calls.items()}
+        row["speedup_oracle"] = {m: ratios(oracle, v) for m, v in calls.items()}
+        row["speedup_cold"] = {m: ratios(paper, v["cold"], ranges=False) for m, v in calls.items()}
         log_row(row, log)
         rows.append(row)
     return rows

@@ -190,8 +190,8 @@ def workload_table(record: dict) -> Table:
     rows = []
     for row in record["runs"]:
         for method, v in row["methods"].items():
-            speedup, oracle = row["speedup"].get(method), row.get("speedup_oracle", {}).get(method)
-            cold = row.get("speedup_cold", {}).get(method)
+            speedup, oracle = row["speedup"].get(method), row["speedup_oracle"].get(method)
+            cold = row["speedup_cold"].get(method)
             split = v.get("split")
             steps = f"{v['mean_iterations']:.1f}" + (f" (+ {v['mean_presolve_iterations']:.1f})"
                                                      if v.get("mean_presolve_iterations") else "")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import os
 import platform
 from collections.abc import Iterator
@@ -18,7 +19,9 @@ _M_MMAP_MAX, _GLIBC_MMAP_MAX = -4, 65536
 _depth = 0
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
+    """This process's C library when it is glibc with ``mallopt`` (looked up once), else ``None``."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return None
     try:
