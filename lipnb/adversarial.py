@@ -13,8 +13,9 @@ import pandas as pd
 import torch
 
 from . import models
+from .checks import as_radius, check_choice, check_index, check_lengths, check_positive_int, check_sequence
 from .inputs import head_spectra, lemma_c_7_input
-from .profiles import Profile
+from .profiles import Profile, check_profile
 from .published import published_A
 from .real_text import layer_radii, measure
 from .results import ResultTable, cached_table, progress
@@ -30,27 +31,33 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
     ``A_source``: ``"head"`` (the head's own, :func:`lipnb.models.head_A`) or ``"published"``
     (:func:`lipnb.published.published_A`). ``kinds``: the single head ``h`` and/or the whole layer
     (:func:`lipnb.models.attention_map`); the model runs in float32, Lanczos at tolerance ``1e-4``.
-    Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``.
+    Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``: ``head`` is the head whose ``A`` built
+    the input (and, for ``kind="head"``, the head measured). Arguments are checked before any work.
     """
-    for kind in kinds:
-        models.check_kind(kind)
-    if A_source not in ("head", "published"):
-        raise ValueError(f"A_source must be 'head' or 'published'; got {A_source!r}")
-    lengths = [int(n) for n in lengths]
+    models.check_model_name(model_name)
+    layer, lengths = check_positive_int(layer, "layer", 0), check_lengths(lengths, minimum=2)
+    R = float(as_radius(R, "R"))
+    heads = None if heads is None else check_lengths(heads, "heads", minimum=0)
+    kinds = [models.check_kind(kind) for kind in check_sequence(kinds, "kinds")]
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"kinds must be distinct; got {kinds}")
+    check_choice(A_source, "A_source", ("head", "published"))
+    check_choice(estimator, "estimator", ("lanczos", "published"))
     params = {"model": model_name, "layer": layer, "lengths": lengths, "R": round(float(R), 6),
               "heads": None if heads is None else list(heads), "kinds": list(kinds), "A_source": A_source,
               "estimator": estimator}
 
     def compute() -> dict[str, list]:
         model, _ = models.load_shared(model_name)
-        p = next(model.parameters())
-        chosen = range(model.config.num_attention_heads) if heads is None else heads
+        models.layer_module(model, layer)
+        p, H = next(model.parameters()), model.config.num_attention_heads
+        chosen = range(H) if heads is None else [check_index(h, "heads", H) for h in heads]
         rows = []
         for h in progress(list(chosen), desc=f"{model_name} layer {layer} heads"):
             A = (models.head_A(model, layer, h) if A_source == "head" else published_A(model, layer, h)).double()
             X = lemma_c_7_input(A, float(R), max(lengths)).to(p)
             for kind in kinds:
-                fn = models.attention_map(model, layer, kind, head=h)
+                fn = models.attention_map(model, layer, kind, head=h if kind == "head" else None)
                 lip = torch.cat([measure(fn, X[:, :n], estimator) for n in lengths])
                 rows.append(pd.DataFrame({"model": model_name, "layer": layer, "head": h, "kind": kind,
                                           "A_source": A_source, "estimator": estimator, "R": float(R),
@@ -68,7 +75,8 @@ def head_gamma_table(model_name: str, lengths: Iterable[int], per_length: int) -
     (the same for every head of a layer). A cached table; ``table.pivot("gamma", "layer", "head")`` gives the
     ``(L, H)`` matrix.
     """
-    lengths = [int(n) for n in lengths]
+    models.check_model_name(model_name)
+    lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
     params = {"model": model_name, "lengths": lengths, "per_length": per_length}
 
     def compute() -> dict[str, torch.Tensor]:
@@ -89,6 +97,7 @@ def head_gamma_table(model_name: str, lengths: Iterable[int], per_length: int) -
 def adversarial_layers(p: Profile) -> dict[str, list[int]]:
     """The layers whose every head is studied: every layer (``paper``), or in ``quick`` the first, middle and last
     of the encoder and the middle layer of the decoder and of random GPT-2."""
+    check_profile(p)
     chosen = {}
     for name in (p.encoder, p.decoder, p.gpt2):
         L = models.num_layers(models.load_shared(name)[0])
@@ -102,12 +111,14 @@ def adversarial_layers(p: Profile) -> dict[str, list[int]]:
 def adversarial_radii(name: str, p: Profile) -> pd.Series:
     """Sec. 5.2's radius ``R_ℓ`` of every layer of model ``name``: :func:`~lipnb.real_text.layer_radii` over the
     profile's three longest Alice lengths."""
+    check_profile(p)
     return layer_radii(name, p.alice_lengths[-3:], p.text_per_length)
 
 
 def adversarial_table(p: Profile) -> ResultTable:
     """Sec. 5.2 in full: :func:`adversarial_sweep` on every head of :func:`adversarial_layers`, at the layer's
     :func:`adversarial_radii`."""
+    check_profile(p)
     tables = []
     for name, layers in adversarial_layers(p).items():
         radii = adversarial_radii(name, p)

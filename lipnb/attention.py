@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .checks import check_matrix, check_tokens
+from .checks import check_bool, check_matrix, check_tokens
 
 __all__ = [
     "MultiHead",
@@ -60,6 +60,9 @@ def attention_matrix(
     The softmax subtracts each row's maximum, so scores of any size give no overflow.
     """
     check_tokens(X)
+    masked = check_bool(masked, "masked")
+    if not isinstance(A, Tensor):
+        raise TypeError(f"A must be a torch.Tensor; got {type(A).__name__}")
     if A.dim() not in (2, 3) or A.shape[-1] != A.shape[-2]:
         raise ValueError(f"A must be a square (d, d) matrix or (H, d, d) stack; got {tuple(A.shape)}")
     check_matrix(A, "A", A.dim())

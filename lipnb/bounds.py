@@ -17,7 +17,7 @@ import torch
 from torch import Tensor
 
 from .attention import MultiHead, attention_matrix, scores
-from .checks import as_count, as_radius, as_real, check_positive_int, check_tokens
+from .checks import as_count, as_radius, as_real, check_bool, check_positive_int, check_tokens
 from .inputs import real_eigenpairs
 
 __all__ = [
@@ -82,6 +82,13 @@ def _check_head(A: Tensor, V: Tensor) -> None:
     for name, M in (("A", A), ("V", V)):
         if not bool(torch.isfinite(M).all()):
             raise ValueError(f"{name} contains NaN or inf")
+
+
+def _check_heads(heads: object) -> None:
+    """``TypeError`` unless ``heads`` is a :class:`~lipnb.attention.MultiHead` (e.g. ``models.head_matrices``)."""
+    if not isinstance(heads, MultiHead):
+        raise TypeError(f"heads must be a lipnb.MultiHead (e.g. lipnb.models.head_matrices); "
+                        f"got {type(heads).__name__}")
 
 
 def theorem_3_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
@@ -161,6 +168,7 @@ def theorem_c_3(X: Tensor, A: Tensor, V: Tensor, *, score_bias: Tensor | None = 
 def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -> Tensor:
     """Lemma 3.8 with Theorem C.3 per head: ``Lip_X(f^MH) <= Σ_h ||W_h V_h||₂ · (head-h terms)``, ``(B,)``."""
     check_tokens(X)
+    _check_heads(heads)
     total = torch.zeros(X.shape[0], dtype=torch.float64, device=X.device)
     for h in range(heads.num_heads):
         c = None if heads.score_bias is None else heads.score_bias[h]
@@ -186,6 +194,7 @@ def lemma_3_8(W: Tensor, head_constants: Tensor) -> Tensor:
 
 def multihead_bound(heads: MultiHead, R: float | Tensor, n: int | Tensor) -> Tensor:
     """Lemma 3.8 with Theorem E.3 per head: a bound on ``Lip(f^MH | B_R^n)`` for a real layer."""
+    _check_heads(heads)
     per_head = torch.stack([
         theorem_e_3(heads.A[h], heads.V[h], R, n,
                     None if heads.score_bias is None else heads.score_bias[h])
@@ -232,7 +241,7 @@ def proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
 def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7: ``#{i : m_i = j}`` for ``m_i = argmax_j <A x_i, x_j>`` (``j <= i`` if masked), ``(B, n)``."""
     check_tokens(X)
-    m = scores(X, A, masked=masked).argmax(-1)
+    m = scores(X, A, masked=check_bool(masked, "masked")).argmax(-1)
     return torch.zeros_like(m).scatter_add_(1, m, torch.ones_like(m))
 
 

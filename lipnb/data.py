@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .checks import check_positive_int
+from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -191,8 +191,7 @@ def _download(name: str, path: Path) -> None:
 
 def data_path(name: str) -> Path:
     """Path of cached file ``name`` (a key of ``FILES``), downloaded first if missing and online."""
-    if name not in FILES:
-        raise ValueError(f"unknown data file {name!r}; known: {sorted(FILES)}")
+    check_choice(name, "name (a data file)", tuple(FILES))
     spec = FILES[name]
     path = data_dir() / spec.path
     if not path.is_file():
@@ -244,7 +243,7 @@ def dataset_text(dataset: str) -> str:
 def fetch(names: Iterable[str] | None = None) -> list[Path]:
     """Make sure the named files (default: all of ``FILES``) are cached and verified; return paths."""
     paths = []
-    for name in FILES if names is None else names:
+    for name in FILES if names is None else check_sequence(names, "names", allow_empty=True):
         path = data_path(name)
         _verify(path.read_bytes(), FILES[name], path)
         paths.append(path)
@@ -274,12 +273,16 @@ def token_sequences(
     ``{n: LongTensor (per_length, n)}``; ``ValueError`` says how many tokens were needed and
     available when the text runs out.
     """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string; got {type(text).__name__}")
+    if not text:
+        raise ValueError("text is empty")
+    if not callable(tokenizer):
+        raise TypeError(f"tokenizer must be a tokenizer (callable); got {type(tokenizer).__name__}")
     per_length = check_positive_int(per_length, "per_length")
-    lengths = tuple(check_positive_int(n, "each length") for n in lengths)
-    if not lengths:
-        raise ValueError("lengths must name at least one sequence length")
-    if len(set(lengths)) != len(lengths):
-        raise ValueError(f"lengths must be distinct; got {lengths}")
+    lengths = tuple(check_lengths(lengths))
+    if restart_per_length is not None:
+        restart_per_length = check_bool(restart_per_length, "restart_per_length")
     ids = _tokenize(text, tokenizer)
     if restart_per_length is None:
         restart_per_length = per_length * sum(lengths) > len(ids)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
 from .attention import check_tokens, mask_future
+from .checks import check_bool, check_index
 from .inputs import HeadSpectrum, head_spectra
 from .sublayers import SublayerLinearization
 
@@ -64,9 +65,7 @@ def random_llama(seed: int = 0) -> LlamaModel:
 def _check(model: nn.Module, layer: int) -> nn.Module:
     if not is_llama(model):
         raise TypeError(f"expected a LlamaModel; got {type(model).__name__}")
-    if not 0 <= layer < model.config.num_hidden_layers:
-        raise ValueError(f"layer must be in 0..{model.config.num_hidden_layers - 1}; got {layer}")
-    return model.layers[layer].self_attn
+    return model.layers[check_index(layer, "layer", model.config.num_hidden_layers)].self_attn
 
 
 def rotate(x: Tensor, angles: Tensor, *, transpose: bool = False) -> Tensor:
@@ -200,9 +199,7 @@ class RotaryAttentionMap:
 
     def linearize(self, X: Tensor) -> RotaryLinearization:
         """The forward pass at ``X`` and the closed-form ``jvp``/``vjp`` (no autograd)."""
-        check_tokens(X)
-        if X.shape[-1] != self.Wq.shape[1]:
-            raise ValueError(f"tokens have d = {X.shape[-1]} but the map expects d = {self.Wq.shape[1]}")
+        self._check_input(X)
         with torch.no_grad():
             X = X.detach()
             angles = self._angles(X)
@@ -211,8 +208,14 @@ class RotaryAttentionMap:
             out = P @ v
             return RotaryLinearization(self, angles, q, key, v, P, out, self._combine(out))
 
-    def __call__(self, X: Tensor) -> Tensor:
+    def _check_input(self, X: Tensor) -> None:
+        """``ValueError`` unless ``X`` is a batch of tokens of the map's width (before any matrix product)."""
         check_tokens(X)
+        if X.shape[-1] != self.Wq.shape[1]:
+            raise ValueError(f"X has tokens of d = {X.shape[-1]} but the map expects d = {self.Wq.shape[1]}")
+
+    def __call__(self, X: Tensor) -> Tensor:
+        self._check_input(X)
         q, key, v = self._project(X, self._angles(X))
         return self._combine(torch.softmax(mask_future(q @ key.mT * self.scaling), dim=-1) @ v)
 
@@ -262,12 +265,13 @@ class RotaryBlockMap:
     eps: float
 
     def __call__(self, X: Tensor) -> Tensor:
+        self.attention._check_input(X)
         gamma = self.gamma.to(X)
         return X + self.attention(gamma * X * torch.rsqrt(X.square().mean(-1, keepdim=True) + self.eps))
 
     def linearize(self, X: Tensor) -> SublayerLinearization:
         """The closed-form Jacobian products at ``X`` (no autograd)."""
-        check_tokens(X)
+        self.attention._check_input(X)
         with torch.no_grad():
             X = X.detach()
             norm = RMSNormLinearization.at(X, self.gamma.to(X), self.eps)
@@ -297,15 +301,14 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int 
     if attn.q_proj.bias is not None or attn.o_proj.bias is not None:
         raise ValueError("attention biases are not implemented for Llama-style maps")
     inv_freq = _rotary_frequencies(model)
-    if not rotary:
+    if not check_bool(rotary, "rotary"):
         inv_freq = torch.zeros_like(inv_freq)
     Wq, Wk, Wv, Wo = (m.weight.detach() for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj))
     if head is not None:
         if kind == "block":
             raise ValueError("head is for kind='mha' only")
-        H, k = model.config.num_attention_heads, attn.head_dim
-        if not 0 <= head < H:
-            raise ValueError(f"head must be in 0..{H - 1}; got {head}")
+        k = attn.head_dim
+        head = check_index(head, "head", model.config.num_attention_heads)
         g = head // attn.num_key_value_groups
         Wq, Wk, Wv, Wo = Wq[head * k:(head + 1) * k], Wk[g * k:(g + 1) * k], Wv[g * k:(g + 1) * k], None
     f = RotaryAttentionMap(Wq, Wk, Wv, Wo, inv_freq, float(attn.scaling))
@@ -366,9 +369,8 @@ def offset_spectra(model: nn.Module, layer: int, offsets: Sequence[int]) -> Head
 def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
     """Def 2.1: ``A_h = K_gᵀ Q_h · scaling`` of head ``h`` and its key-value group ``g`` (offset 0, no rotation)."""
     attn = _check(model, layer)
-    H, k = model.config.num_attention_heads, attn.head_dim
-    if not 0 <= head < H:
-        raise ValueError(f"head must be in 0..{H - 1}; got {head}")
+    k = attn.head_dim
+    head = check_index(head, "head", model.config.num_attention_heads)
     group = head // attn.num_key_value_groups
     Q = attn.q_proj.weight.detach()[head * k:(head + 1) * k]
     K = attn.k_proj.weight.detach()[group * k:(group + 1) * k]

@@ -41,8 +41,8 @@ from transformers.utils import logging as hf_logging
 from .data import reachable, user_cache_dir
 from .profiles import default_device
 
-__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "RANDOM_MODELS", "SMOLLM2_GGUF", "OfflineError", "load",
-           "load_shared"]
+__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "RANDOM_MODELS", "SMOLLM2_GGUF", "OfflineError",
+           "check_model_name", "load", "load_shared"]
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
@@ -166,13 +166,36 @@ _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]
 }
 
 
+def check_model_name(name: object) -> str:
+    """``name`` if it is one of ``MODEL_NAMES`` or ``"gpt2-random:SEED"``, else ``TypeError``/``ValueError``
+    listing the valid names (checked before a sweep loads anything)."""
+    if not isinstance(name, str):
+        raise TypeError(f"model name must be a string; got {type(name).__name__}")
+    base, _, seed = name.partition(":")
+    if name not in _LOADERS and not (base == "gpt2-random" and seed.isdigit()):
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)} or 'gpt2-random:SEED'")
+    return name
+
+
+def _device(device: object) -> torch.device:
+    """``device`` as a ``torch.device`` (``None``: :func:`lipnb.profiles.default_device`), present on this machine."""
+    if device is None:
+        return default_device()
+    if not isinstance(device, str | torch.device):
+        raise TypeError(f"device must be a string or a torch.device; got {type(device).__name__}")
+    try:
+        device = torch.device(device)
+    except RuntimeError:
+        raise ValueError(f"device {device!r} is not a device torch knows (e.g. 'cpu', 'cuda', 'cuda:0')") from None
+    return _available(device)
+
+
 def load(name: str, device: torch.device | str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """``(model, tokenizer)`` for one of ``MODEL_NAMES`` or ``"gpt2-random:SEED"`` (random GPT-2 from another seed):
     eager attention, eval mode, frozen parameters, on ``device`` (default :func:`lipnb.profiles.default_device`:
     the GPU when there is one)."""
-    base, _, seed = name.partition(":")
-    if name not in _LOADERS and not (base == "gpt2-random" and seed.isdigit()):
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)} or 'gpt2-random:SEED'")
+    seed = check_model_name(name).partition(":")[2]
+    device = _device(device)
     # The weight-loading progress bar goes to stderr only on some runs: keep executed notebooks reproducible.
     hf_logging.disable_progress_bar()
     if name in _LOADERS:
@@ -180,12 +203,16 @@ def load(name: str, device: torch.device | str | None = None) -> tuple[PreTraine
     else:
         model, tokenizer = _random_gpt2(int(seed)), GPT2Tokenizer.from_pretrained(_gpt2_tokenizer_dir())
     model.eval().requires_grad_(False)
-    return model.to(_available(default_device() if device is None else torch.device(device))), tokenizer
+    return model.to(device), tokenizer
+
+
+def load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """:func:`load` on the default device, cached for the sweeps: do not modify the returned model."""
+    return _load_shared(check_model_name(name))
 
 
 @lru_cache(maxsize=4)
-def load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """:func:`load` on the default device, cached for the sweeps: do not modify the returned model."""
+def _load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return load(name)
 
 

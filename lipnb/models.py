@@ -9,7 +9,7 @@ Llama-family maps are :mod:`lipnb.llama`'s closed forms.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, get_args
 
 import torch
@@ -17,11 +17,20 @@ from torch import Tensor, nn
 from transformers import BertModel, GPT2Model, LlamaModel
 
 from .attention import MultiHead
-from .checks import check_positive_int, check_tokens
+from .checks import check_bool, check_index, check_sequence, check_token_ids, check_tokens
 from .heads import single_head
 from .jacobian import MultiHeadMap, concat_heads
 from .lipschitz import Linearization
-from .loading import HUB_MODELS, MODEL_NAMES, OFFLINE_MODELS, SMOLLM2_GGUF, OfflineError, load, load_shared
+from .loading import (
+    HUB_MODELS,
+    MODEL_NAMES,
+    OFFLINE_MODELS,
+    SMOLLM2_GGUF,
+    OfflineError,
+    check_model_name,
+    load,
+    load_shared,
+)
 from .sublayers import ResidualAttentionMap
 
 __all__ = [
@@ -41,6 +50,8 @@ __all__ = [
     "attention_map",
     "capture_inputs",
     "check_kind",
+    "check_map_arguments",
+    "check_model_name",
     "family",
     "forward_with_hooks",
     "head_A",
@@ -86,10 +97,7 @@ def layer_module(model: nn.Module, layer: int) -> nn.Module:
     """The ``layer``-th transformer layer (``BertLayer``, ``GPT2Block`` or ``LlamaDecoderLayer``), range-checked."""
     fam = family(model)
     layers = model.encoder.layer if fam == "bert" else model.h if fam == "gpt2" else model.layers
-    layer = check_positive_int(layer, "layer", minimum=0)
-    if not layer < len(layers):
-        raise ValueError(f"layer must be in 0..{len(layers) - 1}; got {layer}")
-    return layers[layer]
+    return layers[check_index(layer, "layer", len(layers))]
 
 
 def check_kind(kind: object) -> MapKind:
@@ -97,6 +105,29 @@ def check_kind(kind: object) -> MapKind:
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     return kind  # type: ignore[return-value]
+
+
+def check_map_arguments(model: nn.Module, layer: int, kind: object, head: int | None,
+                        masked: bool | None) -> tuple[int, MapKind, int | None, bool | None]:
+    """``(layer, kind, head, masked)`` of :func:`attention_map`, checked for every family alike: ``layer`` and
+    ``head`` ints in range, ``head`` given only for ``kind="head"`` (default 0, ``None`` for the others: a whole
+    layer has no head), ``masked`` ``None`` or a bool that the map can honour (the modules of ``"self"`` and
+    ``"block"`` mask as the model does; a Llama model is always causal)."""
+    kind = check_kind(kind)
+    layer_module(model, layer)
+    if kind != "head" and head is not None:
+        raise ValueError(f"head is only for kind='head'; kind={kind!r} is the whole layer (got head={head!r})")
+    if kind == "head":
+        head = check_index(0 if head is None else head, "head", model.config.num_attention_heads)
+    if masked is not None:
+        masked = check_bool(masked, "masked")
+        if kind in MODULE_KINDS and masked != is_decoder(model):
+            raise ValueError(f"masked={masked} but kind={kind!r} runs the module as the model does "
+                             f"(masked={is_decoder(model)}); for the other masking load the twin model "
+                             "(UNMASKED_TWIN) or use kind='mha'/'head'")
+        if family(model) == "llama" and not masked:
+            raise ValueError("masked=False: a Llama model is causal (see lipnb.llama)")
+    return int(layer), kind, head, masked
 
 
 def _multihead(
@@ -145,14 +176,13 @@ def head_matrices(model: nn.Module, layer: int) -> MultiHead:
 
 def head_A(model: nn.Module, layer: int, head: int) -> Tensor:
     """Def 2.1's ``A_h`` of head ``head`` of layer ``layer``, for every family (Llama: at relative position 0)."""
+    layer_module(model, layer)
+    head = check_index(head, "head", model.config.num_attention_heads)
     if family(model) == "llama":
         from .llama import head_A as llama_head_A
 
         return llama_head_A(model, layer, head)
-    heads = head_matrices(model, layer)
-    if not 0 <= head < heads.num_heads:
-        raise ValueError(f"head must be in 0..{heads.num_heads - 1}; got {head}")
-    return heads.A[head]
+    return head_matrices(model, layer).A[head]
 
 
 def _causal_mask(X: Tensor) -> Tensor:
@@ -226,18 +256,13 @@ class LayerMap:
     form is rebuilt whenever the layer's weights change, move or change dtype.
     """
 
-    def __init__(self, model: nn.Module, layer: int, kind: MapKind, *, head: int = 0,
+    def __init__(self, model: nn.Module, layer: int, kind: MapKind, *, head: int | None = None,
                  masked: bool | None = None) -> None:
-        check_kind(kind)
+        if family(model) == "llama":
+            raise TypeError("LayerMap reads BERT and GPT-2 layers; for a Llama model use attention_map")
+        layer, kind, head, masked = check_map_arguments(model, layer, kind, head, masked)
         self.model, self.layer, self.kind, self.head = model, layer, kind, head
-        self.masked = is_decoder(model) if masked is None else bool(masked)
-        if kind in MODULE_KINDS and self.masked != is_decoder(model):
-            raise ValueError(f"kind={kind!r} runs the module as the model does; for the other masking load the "
-                             "twin model (UNMASKED_TWIN) or use kind='mha'/'head'")
-        if kind == "head":
-            num_heads = head_matrices(model, layer).num_heads
-            if not 0 <= head < num_heads:
-                raise ValueError(f"head must be in 0..{num_heads - 1}; got {head}")
+        self.masked = is_decoder(model) if masked is None else masked
         self.params = list(layer_module(model, layer).parameters())
         self._module = _MAPS[kind](model, layer) if kind in MODULE_KINDS else None
         self._key: tuple | None = None
@@ -265,12 +290,13 @@ class LayerMap:
         return self.closed_form().flops(n)
 
 
-def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: int = 0,
+def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: int | None = None,
                   masked: bool | None = None) -> LayerMap | Callable[[Tensor], Tensor]:
     """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
 
     The one place that decides what each :data:`MapKind` means in each :data:`Family`.
-    ``"head"``: head ``head`` alone, Def 2.1 with its biases and value map ``W_h V_h`` (no output bias).
+    Arguments are checked alike for every family (:func:`check_map_arguments`).
+    ``"head"``: head ``head`` (default 0) alone, Def 2.1 with its biases and value map ``W_h V_h`` (no output bias).
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
     no residual, no LayerNorm: the map the theorems bound. ``masked`` overrides the model's causality for
     these two (``None``: the model's own).
@@ -286,10 +312,8 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
     ``"llama-random-norope"``, always causal): ``"mha"``/``"self"`` (the attention module), ``"block"``
     (``X + mha(RMSNorm X)``), ``"head"`` (head ``head`` alone); closed forms there.
     """
-    check_kind(kind)
+    layer, kind, head, masked = check_map_arguments(model, layer, kind, head, masked)
     if family(model) == "llama":
-        if masked is False:
-            raise ValueError("a Llama model is causal: masked=False is not available (see lipnb.llama)")
         from .llama import attention_map as llama_map
 
         rotary = getattr(model.config, "rotary", True)
@@ -320,18 +344,18 @@ def attention_inputs(
     ``BertSelfAttention``). GPT-2, ``"mha"``/``"self"``: ``ln_1`` of the hidden state entering block
     ``layer`` (what ``GPT2Attention`` receives); ``"block"``: the hidden state entering the block.
     Captured by forward pre-hooks in one ``torch.no_grad`` forward, stopped after the last layer asked
-    for; a sequence of layers gives ``{layer: tensor}``. Llama, ``"mha"``/``"self"``/``"head"``: what
+    for; a sequence of layers gives ``{layer: tensor}``. ``input_ids`` are checked against the model's vocabulary and
+    positions before the forward. Llama, ``"mha"``/``"self"``/``"head"``: what
     ``LlamaAttention`` receives (after ``input_layernorm``); ``"block"``: the hidden state entering the layer.
     """
     check_kind(kind)
     _check_eval(model)
-    layers = [layer] if isinstance(layer, int) else list(layer)
-    if not layers:
-        raise ValueError("no layer given")
-    if input_ids.dim() != 2:
-        raise ValueError(f"input_ids must be (batch, n); got shape {tuple(input_ids.shape)}")
+    single = isinstance(layer, str | bytes) or not isinstance(layer, Iterable)
+    given = [layer] if single else check_sequence(layer, "layer")
+    layers = [check_index(i, "layer", num_layers(model)) for i in given]
+    check_token_ids(input_ids, model.config.vocab_size, model.config.max_position_embeddings)
     captured = capture_inputs(model, input_ids, {i: _input_module(model, i, kind) for i in set(layers)})
-    return captured[layer] if isinstance(layer, int) else {i: captured[i] for i in layers}
+    return captured[layers[0]] if single else {i: captured[i] for i in layers}
 
 
 def capture_inputs(model: nn.Module, input_ids: Tensor, modules: dict[int, nn.Module]) -> dict[int, Tensor]:

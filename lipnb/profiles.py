@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ENV_VAR", "PROFILES", "Profile", "default_device", "profile", "set_profile"]
+__all__ = ["ENV_VAR", "PROFILES", "Profile", "check_profile", "default_device", "profile", "set_profile"]
 
 ENV_VAR = "LIPNB_PROFILE"
 
@@ -95,9 +95,17 @@ _selected: str | None = None
 
 def _lookup(name: str, source: str) -> Profile:
     """The profile called ``name``; ``ValueError`` naming ``source`` and the valid names otherwise."""
-    if name not in PROFILES:
+    if not isinstance(name, str) or name not in PROFILES:
         raise ValueError(f"unknown profile {name!r} (from {source}); valid profiles: {sorted(PROFILES)}")
     return PROFILES[name]
+
+
+def check_profile(p: object, name: str = "p") -> Profile:
+    """``p`` if it is a :class:`Profile` (e.g. ``PROFILES["quick"]``), else ``TypeError`` naming ``name``."""
+    if not isinstance(p, Profile):
+        raise TypeError(f"{name} must be a lipnb.profiles.Profile (e.g. lipnb.profiles.profile()); "
+                        f"got {type(p).__name__}")
+    return p
 
 
 def set_profile(name: str) -> Profile:

@@ -23,8 +23,9 @@ from torch import Tensor, nn
 from . import bounds as _bounds
 from . import data, models
 from .attention import attention_matrix
+from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence, check_tokens
 from .lipschitz import local_lipschitz
-from .profiles import Profile
+from .profiles import Profile, check_profile
 from .published import published_estimator
 from .results import ResultTable, cached_table, progress
 
@@ -62,6 +63,7 @@ PAPER: dict[str, float] = {
 
 def token_radius(X: Tensor) -> Tensor:
     """The token radius of each sequence of ``X`` ``(B, n, d)``: root mean square token norm, float64 ``(B,)``."""
+    check_tokens(X)
     return X.double().norm(dim=-1).square().mean(-1).sqrt()
 
 
@@ -75,32 +77,46 @@ def measure(fn: Callable[[Tensor], Tensor], X: Tensor, estimator: str) -> Tensor
 
 
 def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_length: int, *,
-                    layers: Sequence[int] | None = None, kind: models.MapKind = "mha", head: int = 0,
+                    layers: Sequence[int] | None = None, kind: models.MapKind = "mha", head: int | None = None,
                     masked: bool | None = None, estimator: str = "lanczos", bounds: bool = False) -> ResultTable:
     """Sec. 5.1: ``Lip_X`` and the token radius of every input of ``dataset`` at every layer (default: all).
 
     Inputs are :func:`lipnb.data.token_sequences` of the text (disjoint windows), captured where the map reads
     them; the model runs in float32, as in the paper. ``masked=False`` on a BERT decoder runs its activations
-    through the unmasked twin (the published "masked BERT" call). Columns: ``model, dataset, layer, kind, head,
-    masked, estimator, n, sequence, lip, radius`` (:func:`token_radius`) and ``max_norm``; with ``bounds``
+    through the unmasked twin (the published "masked BERT" call); any other ``masked`` that the map cannot honour
+    is refused, so the table's ``masked`` is the masking measured. Arguments are checked before any work (the
+    layers, lengths and head against the model once loaded, before a measurement). Columns: ``model, dataset,
+    layer, kind, head`` (``kind="head"`` only, default head 0), ``masked, estimator, n, sequence, lip, radius``
+    (:func:`token_radius`) and ``max_norm``; with ``bounds``
     (``kind="mha"``), also ``bound`` (Lemma 3.8 + Theorem E.3 at ``max_norm``), ``data_bound`` (Lemma 3.8 +
     Theorem C.3 at ``X``) and ``column_sum``, the largest ``Σ_i P_ij`` over tokens ``j`` and heads.
     """
+    models.check_model_name(model_name)
+    check_choice(dataset, "dataset", data.DATASETS)
+    lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
+    layers = None if layers is None else [check_positive_int(i, "each of layers", 0) for i in
+                                          check_sequence(layers, "layers")]
     models.check_kind(kind)
-    if bounds and kind != "mha":
+    if kind == "head":
+        head = check_positive_int(0 if head is None else head, "head", 0)
+    elif head is not None:
+        raise ValueError(f"head is only for kind='head'; kind={kind!r} measures the whole layer (got head={head!r})")
+    masked = None if masked is None else check_bool(masked, "masked")
+    check_choice(estimator, "estimator", ("lanczos", "published"))
+    if check_bool(bounds, "bounds") and kind != "mha":
         raise ValueError(f"bounds=True needs kind='mha' (the map the theorems bound); got {kind!r}")
-    lengths = [int(n) for n in lengths]
     params = {"model": model_name, "dataset": dataset, "lengths": lengths, "per_length": per_length,
               "layers": None if layers is None else list(layers), "kind": kind, "head": head, "masked": masked,
               "estimator": estimator, "bounds": bounds}
 
     def compute() -> dict[str, list]:
         model, tokenizer = models.load_shared(model_name)
+        check_lengths(lengths, maximum=model.config.max_position_embeddings)
         mapped = model
         if masked is False and model_name in models.UNMASKED_TWIN and kind in models.MODULE_KINDS:
             mapped = models.load_shared(models.UNMASKED_TWIN[model_name])[0]
-        causal = models.is_decoder(mapped) if masked is None or kind in models.MODULE_KINDS else masked
-        chosen = list(range(models.num_layers(model))) if layers is None else list(layers)
+        causal = models.is_decoder(mapped) if masked is None else masked
+        chosen = list(range(models.num_layers(model))) if layers is None else layers
         sequences = data.token_sequences(data.dataset_text(dataset), tokenizer, lengths, per_length)
         device = next(model.parameters()).device
         maps = {i: models.attention_map(mapped, i, kind, head=head, masked=causal) for i in chosen}
@@ -110,8 +126,9 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
             for i in chosen:
                 X = inputs[i]
                 norms = X.double().norm(dim=-1)
-                row = {"model": model_name, "dataset": dataset, "layer": i, "kind": kind, "head": head,
-                       "masked": causal, "estimator": estimator, "n": n, "sequence": range(len(X)),
+                row = {"model": model_name, "dataset": dataset, "layer": i, "kind": kind,
+                       **({"head": head} if kind == "head" else {}), "masked": causal, "estimator": estimator,
+                       "n": n, "sequence": range(len(X)),
                        "lip": measure(maps[i], X, estimator).cpu().numpy(), "radius": token_radius(X).cpu().numpy(),
                        "max_norm": norms.amax(1).cpu().numpy()}
                 if bounds:
@@ -138,11 +155,14 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
 
     Columns ``layer, n, sequence, radius``; one forward per length, no Jacobian (cheap, cached).
     """
-    lengths = [int(n) for n in lengths]
+    models.check_model_name(model_name)
+    check_choice(dataset, "dataset", data.DATASETS)
+    lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
     params = {"model": model_name, "dataset": dataset, "lengths": lengths, "per_length": per_length}
 
     def compute() -> dict[str, list]:
         model, tokenizer = models.load_shared(model_name)
+        check_lengths(lengths, maximum=model.config.max_position_embeddings)
         layers = list(range(models.num_layers(model)))
         sequences = data.token_sequences(data.dataset_text(dataset), tokenizer, lengths, per_length)
         rows = []
@@ -164,6 +184,7 @@ def layer_radii(model_name: str, lengths: Iterable[int], per_length: int, datase
 
 def real_text_table(p: Profile) -> ResultTable:
     """Sec. 5.1 in full: :func:`real_text_sweep` of every layer of the profile's three models on both texts."""
+    check_profile(p)
     tables = [real_text_sweep(name, dataset, lengths, p.text_per_length)
               for name in (p.encoder, p.decoder, p.gpt2)
               for dataset, lengths in (("alice", p.alice_lengths), ("ag_news", p.ag_news_lengths))]
@@ -177,6 +198,8 @@ def position_aliasing(model: nn.Module, trained: int, *, start: int | None = Non
     ``p`` and ``p - 1``; ``tuned`` marks ``p < trained``. BERT family only."""
     if not hasattr(getattr(model, "embeddings", None), "position_embeddings"):
         raise TypeError("position_aliasing needs a BERT-family model (learned absolute positions)")
+    trained, gap = check_positive_int(trained, "trained"), check_positive_int(gap, "gap", 0)
+    start = None if start is None else check_positive_int(start, "start")
     P = torch.nn.functional.normalize(model.embeddings.position_embeddings.weight.detach().double(), dim=1)
     if not 0 < trained < len(P):
         raise ValueError(f"trained must be in 1..{len(P) - 1}; got {trained}")

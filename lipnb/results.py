@@ -1,10 +1,11 @@
 """Results of the book's sweeps: a typed, tidy table with its provenance, a CSV cache, progress bars.
 
 A sweep returns a :class:`ResultTable`: one row per measurement, columns of numbers or labels, and a
-``provenance`` record (the sweep, its parameters, the profile, lipnb's version and a hash of its source,
-torch's version). Tables are cached as CSV (full float64 precision) beside a JSON file holding the
-provenance, the row count and the SHA-256 of the CSV bytes, in :func:`cache_dir`; an entry is found only
-under the same sweep, parameters, profile and source hash, so a stale result is never used.
+``provenance`` record (the sweep, its parameters, a hash of lipnb's source, torch's version). Tables are cached
+as CSV (full float64 precision) beside a JSON file holding the provenance, the row count and the SHA-256 of the
+CSV bytes, in :func:`cache_dir`; an entry is found only under the same sweep, parameters and source hash, so a
+stale result is never used. The key holds nothing else: a sweep's parameters decide its result, and no global
+(the profile a chapter selected, say) enters it; tables built from a profile record its name themselves.
 
 Both files are written to unique temporary names and renamed into place, so concurrent writers of one
 key (``pytest -n 2`` on a cold cache) never see each other's half-written files. A read verifies the
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -28,6 +30,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
+
+from .checks import check_writable_dir
 
 __all__ = [
     "CACHE_ENV",
@@ -59,6 +63,8 @@ def code_version() -> str:
 
 
 def _as_column(name: str, values: Column) -> list | Tensor:
+    if isinstance(values, str | bytes):
+        raise TypeError(f"column {name!r} must be a sequence of values, not a string")
     if isinstance(values, Tensor):
         if values.dim() != 1:
             raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
@@ -91,10 +97,15 @@ class ResultTable:
         """The column names, in order."""
         return list(self.frame.columns)
 
+    def _require(self, *columns: str) -> None:
+        """``KeyError`` naming the first of ``columns`` the table does not have."""
+        for column in columns:
+            if column not in self.frame:
+                raise KeyError(f"no column {column!r}; the table has {self.columns}")
+
     def __getitem__(self, column: str) -> Tensor:
         """A numeric column as a float64 tensor (labels: use :attr:`frame`)."""
-        if column not in self.frame:
-            raise KeyError(f"no column {column!r}; the table has {self.columns}")
+        self._require(column)
         values = self.frame[column]
         if not pd.api.types.is_numeric_dtype(values):
             raise TypeError(f"column {column!r} holds labels, not numbers: read it from .frame")
@@ -102,15 +113,15 @@ class ResultTable:
 
     def where(self, **equal: object) -> ResultTable:
         """The rows whose columns equal the given values, e.g. ``table.where(inputs="random")``."""
+        self._require(*equal)
         keep = pd.Series(True, index=self.frame.index)
         for column, value in equal.items():
-            if column not in self.frame:
-                raise KeyError(f"no column {column!r}; the table has {self.columns}")
             keep &= self.frame[column] == value
         return ResultTable(self.frame[keep].reset_index(drop=True), self.provenance)
 
     def pivot(self, value: str, index: str, columns: str) -> Tensor:
         """``value`` laid out as a float64 matrix, rows by sorted ``index``, columns by sorted ``columns``."""
+        self._require(value, index, columns)
         table = self.frame.pivot(index=index, columns=columns, values=value).sort_index().sort_index(axis=1)
         return torch.tensor(table.to_numpy(dtype="float64"))
 
@@ -157,12 +168,17 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:
     """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored.
 
-    A damaged cache entry (see the module) is recomputed and overwritten, with a warning naming the defect.
+    A damaged cache entry (see the module) is recomputed and overwritten, with a warning naming the defect. Before
+    ``compute()`` runs, the cache folder is checked writable (``ValueError`` naming ``$LIPNB_CACHE_DIR``), and an
+    empty result is refused rather than stored.
     """
-    from .profiles import profile
-
-    provenance = {"sweep": name, "params": dict(params), "profile": profile().name, "code": code_version(),
-                  "torch": torch.__version__}
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
+        raise ValueError(f"name must be a non-empty word of letters, digits and _ (a file name); got {name!r}")
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of the sweep's parameters; got {type(params).__name__}")
+    if not callable(compute):
+        raise TypeError(f"compute must be a callable returning the columns; got {type(compute).__name__}")
+    provenance = {"sweep": name, "params": dict(params), "code": code_version(), "torch": torch.__version__}
     key = json.dumps(provenance, sort_keys=True, default=str)
     path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
     if path.exists():
@@ -175,12 +191,17 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
                 return table
             warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it",
                           RuntimeWarning, stacklevel=2)
+    check_writable_dir(path.parent, CACHE_ENV)
     table = ResultTable.from_columns(compute(), json.loads(key))
+    if not len(table):
+        raise ValueError(f"sweep {name!r} produced an empty table (parameters {dict(params)}); nothing was cached")
     table.to_csv(path)
     return table
 
 
 def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
     """A tqdm progress bar that stays quiet when ``LIPNB_PROGRESS=0`` (as in CI logs)."""
+    if not isinstance(items, Iterable):
+        raise TypeError(f"items must be iterable; got {type(items).__name__}")
     disable = os.environ.get("LIPNB_PROGRESS", "1") == "0"
     return iter(tqdm(items, desc=desc, total=total, disable=disable, leave=False))

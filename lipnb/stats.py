@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .checks import check_grouped_table, check_positive_int
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -38,8 +40,7 @@ def _points(x: torch.Tensor, y: torch.Tensor, level: float) -> tuple[torch.Tenso
     """``x`` and ``y`` as flat float64 tensors, checked: same length, at least two finite points, ``0 < level < 1``."""
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level}")
-    x = torch.as_tensor(x, dtype=torch.float64).flatten()
-    y = torch.as_tensor(y, dtype=torch.float64).flatten()
+    x, y = (_as_points(v, name) for v, name in ((x, "x"), (y, "y")))
     if x.shape != y.shape or len(x) < 2:
         raise ValueError(f"x and y must hold the same number (>= 2) of points; got {len(x)} and {len(y)}")
     if not bool(torch.isfinite(x).all() & torch.isfinite(y).all()):
@@ -47,6 +48,14 @@ def _points(x: torch.Tensor, y: torch.Tensor, level: float) -> tuple[torch.Tenso
     if bool((x == x[0]).all()):
         raise ValueError("x must take at least two distinct values to fit a slope")
     return x, y
+
+
+def _as_points(values: object, name: str) -> torch.Tensor:
+    """``values`` as a flat float64 tensor; ``TypeError`` naming ``name`` when they are not numbers."""
+    try:
+        return torch.as_tensor(values, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be numbers (a tensor or a list); got {type(values).__name__}") from None
 
 
 def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
@@ -83,8 +92,7 @@ def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, re
     so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
     """
     x, y = _points(x, y, level)
-    if resamples < 1:
-        raise ValueError(f"resamples must be >= 1; got {resamples}")
+    resamples = check_positive_int(resamples, "resamples")
     g = torch.Generator().manual_seed(seed)
     groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
     picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)
@@ -110,6 +118,7 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
     """
     from scipy import stats
 
+    min_side = check_positive_int(min_side, "min_side")
     x = torch.as_tensor(list(n), dtype=torch.float64).log()
     y = torch.as_tensor(list(lip), dtype=torch.float64).log()
     levels = torch.unique(x)
@@ -146,7 +155,7 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
     verdict where there are enough lengths."""
     import pandas as pd
 
-    frame = table if isinstance(table, pd.DataFrame) else table.frame
+    frame, by = check_grouped_table(table, by, (x, y))
     rows = []
     for key, group in frame.groupby(list(by), sort=True):
         lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
+from .checks import as_radius, check_bool, check_choice, check_lengths, check_positive_int, check_tokens
 from .inputs import ball_tokens, random_head
 from .jacobian import selection_jacobian
 from .lipschitz import jacobian_matrix, local_lipschitz
@@ -33,8 +34,12 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
     """
     from .attention import self_attention
 
+    check_tokens(X)
+    if X.shape[0] != 1:
+        raise ValueError(f"X must hold one sequence, shape (1, n, d); got shape {tuple(X.shape)}")
+    masked = check_bool(masked, "masked")
     X, A, V = X.double(), A.double(), V.double()
-    R = torch.as_tensor(radii, dtype=torch.float64).reshape(-1, 1, 1)
+    R = _grid(radii, "radii").reshape(-1, 1, 1)
     J = jacobian_matrix(lambda Z: self_attention(Z, A, V, masked=masked), R * X)
     S = selection_jacobian(X, A, V, masked=masked)
     columns = {"radius": R.flatten(), "error": torch.linalg.matrix_norm(J - S, ord=2),
@@ -59,7 +64,9 @@ def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int
     from .attention import self_attention
     from .inputs import quadratic_growth_input
 
-    radii = torch.as_tensor(radii, dtype=torch.float64)
+    n, d = check_positive_int(n, "n", 2), check_positive_int(d, "d")
+    replicates, seed = check_positive_int(replicates, "replicates"), check_positive_int(seed, "seed", 0)
+    radii = _grid(radii, "radii", positive=True)
     params = {"n": n, "d": d, "radii": radii.tolist(), "replicates": replicates, "seed": seed}
 
     def compute() -> dict[str, torch.Tensor]:
@@ -87,6 +94,8 @@ def lemma_c_7_constants(A: torch.Tensor, R: float, ns: Iterable[int], *, case: s
     """
     from .inputs import lemma_c_7_input
 
+    ns, R = check_lengths(ns, "ns", minimum=2), float(as_radius(R))
+    check_choice(case, "case", ("auto", "positive", "negative"))
     A = A.double()
     Y = lemma_c_7_input(A, R, 2, case=case)
     eye = torch.eye(A.shape[0], dtype=torch.float64)
@@ -104,7 +113,9 @@ def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], p
     from .bounds import theorem_3_3, theorem_c_3
     from .inputs import lemma_c_7_input
 
-    lengths = [int(n) for n in lengths]
+    d, seed = check_positive_int(d, "d"), check_positive_int(seed, "seed", 0)
+    R, lengths = float(as_radius(R)), check_lengths(lengths, minimum=2)
+    per_length = check_positive_int(per_length, "per_length")
     params = {"d": d, "seed": seed, "R": round(float(R), 9), "lengths": lengths, "per_length": per_length}
 
     def compute() -> dict[str, list]:
@@ -125,3 +136,19 @@ def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], p
         return rows
 
     return cached_table("synthetic_bound_sweep", params, compute)
+
+
+def _grid(values: torch.Tensor | Iterable[float], name: str, *, positive: bool = False) -> torch.Tensor:
+    """A non-empty 1-D grid of finite radii ``>= 0`` (``> 0`` when ``positive``: a log is taken), float64."""
+    if isinstance(values, str | bytes) or (isinstance(values, torch.Tensor) and values.dtype == torch.bool):
+        raise TypeError(f"{name} must be a 1-D tensor or a list of numbers; got {type(values).__name__}")
+    try:
+        grid = torch.as_tensor(values if isinstance(values, torch.Tensor) else list(values), dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be a 1-D tensor or a list of numbers; got {type(values).__name__}") from None
+    if grid.dim() != 1 or not len(grid):
+        raise ValueError(f"{name} must be a non-empty 1-D grid; got shape {tuple(grid.shape)}")
+    as_radius(grid, name)
+    if positive and bool((grid == 0).any()):
+        raise ValueError(f"{name} must be > 0 (a log is taken); got {grid.tolist()}")
+    return grid
