@@ -273,14 +273,14 @@ def token_sequences(
     ``{n: LongTensor (per_length, n)}``; ``ValueError`` says how many tokens were needed and
     available when the text runs out.
     """
+    per_length = check_positive_int(per_length, "per_length")
+    lengths = tuple(check_lengths(lengths))
     if not isinstance(text, str):
         raise TypeError(f"text must be a string; got {type(text).__name__}")
     if not text:
         raise ValueError("text is empty")
     if not callable(tokenizer):
         raise TypeError(f"tokenizer must be a tokenizer (callable); got {type(tokenizer).__name__}")
-    per_length = check_positive_int(per_length, "per_length")
-    lengths = tuple(check_lengths(lengths))
     if restart_per_length is not None:
         restart_per_length = check_bool(restart_per_length, "restart_per_length")
     ids = _tokenize(text, tokenizer)

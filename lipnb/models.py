@@ -207,7 +207,7 @@ def _check_input(X: Tensor, model: nn.Module) -> None:
         raise ValueError(f"X is {X.dtype} on {X.device} but the model is {p.dtype} on {p.device}; "
                          "cast one to match (e.g. model.double() or X.to(p))")
     if X.shape[-1] != model.config.hidden_size:
-        raise ValueError(f"tokens have d = {X.shape[-1]} but the model has hidden size {model.config.hidden_size}")
+        raise ValueError(f"X has tokens of d = {X.shape[-1]} but the model has hidden size {model.config.hidden_size}")
 
 
 def _self_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:

@@ -3,7 +3,9 @@
 A :class:`Profile` holds every model name, grid and training setting the chapters read.
 
 The profile is chosen by ``lipnb.profiles.set_profile(name)`` (one line at the top of a notebook),
-else by the environment variable ``LIPNB_PROFILE``, else ``quick``.
+else by the environment variable ``LIPNB_PROFILE``, else ``quick``. The choice only decides which models and
+grids a chapter passes to the sweeps: no result and no cache key depends on it, and the functions that read a
+profile's settings take it as an argument (``p``, checked by :func:`check_profile`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ for random GPT-2). Theorem 3.3's ball ``B_R^n`` needs the largest token norm ins
 ``max_norm``, the radius of the smallest ball holding the sequence, not a second definition of the scale.
 
 Every sweep returns one tidy :class:`~lipnb.results.ResultTable` (a row per measured input), cached as CSV keyed
-by its parameters, the profile and a hash of lipnb's source. The map is a :data:`lipnb.models.MapKind`
+by its parameters and a hash of lipnb's source. The map is a :data:`lipnb.models.MapKind`
 (:func:`lipnb.models.attention_map` decides what it means in each model family); ``estimator`` is
 ``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code).
 """

@@ -272,7 +272,7 @@ def test_running_out_of_text_says_how_many_tokens(gpt2_tokenizer: PreTrainedToke
         data.token_sequences(text, gpt2_tokenizer, (2, 4), per_length=2)       # too short even restarting
     with pytest.raises(ValueError, match="distinct"):
         data.token_sequences(text, gpt2_tokenizer, (2, 2))
-    with pytest.raises(ValueError, match="each length must be >= 1"):
+    with pytest.raises(ValueError, match="each of lengths must be >= 1"):
         data.token_sequences(text, gpt2_tokenizer, (0,))
 
 

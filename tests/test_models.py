@@ -330,7 +330,7 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
         models.attention_inputs(model, 0, ids, kind="attn")
     with pytest.raises(ValueError, match=r"layer must be in 0\.\.5; got 6"):
         models.head_matrices(model, 6)
-    with pytest.raises(ValueError, match="input_ids must be"):
+    with pytest.raises(ValueError, match=r"input_ids must have shape \(batch, n\)"):
         models.attention_inputs(model, 0, ids[0])
     with pytest.raises(ValueError, match="hidden size 384"):
         models.attention_map(model, 0)(torch.zeros(1, 3, 5))
