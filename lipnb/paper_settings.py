@@ -7,16 +7,24 @@ weights as the pinned 4.37.2 (``tests/test_published.py`` pins them), so those s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from . import models
+from . import data, models
+from .checks import check_positive_int
+from .inputs import lemma_c_7_input
+from .lipschitz import local_lipschitz
+from .paper_numbers import number, value
+from .published import SCRIPT_SETTINGS, published_A, published_closed_form, published_estimator
+from .results import ResultTable, cached_table
 
-__all__ = ["ADVERSARIAL_RANDOM_GPT2", "REAL_DATA_RANDOM_GPT2", "AdversarialSetting", "RealDataSetting",
-           "decoder_output_tuple_map", "paper_random_gpt2", "random_gpt2_attention", "training_inputs"]
+__all__ = ["ADVERSARIAL_RANDOM_GPT2", "CORRECTIONS", "REAL_DATA_RANDOM_GPT2", "AdversarialSetting", "Correction",
+           "RealDataSetting", "decoder_output_tuple_map", "paper_random_gpt2", "random_gpt2_adversarial_panel",
+           "random_gpt2_attention", "random_gpt2_real_data_panel", "training_inputs"]
 
 Map = Callable[[Tensor], Tensor]
 
@@ -45,12 +53,16 @@ class RealDataSetting:
     script: str
 
 
-# adversarial.py l.60 seed, l.62 model, l.66-70 layer/R/lengths/head, l.89 `cst = 0.92` of the drawn C n^(1/2).
-ADVERSARIAL_RANDOM_GPT2 = AdversarialSetting(seed=320, layer=6, head=0, R=100.0, lengths=tuple(range(2, 100, 5)),
-                                             drawn_C=0.92, script="adversarial_data/toolbox.py")
-# process_gpt_random.py l.11 seed, l.16 model (never .eval()), l.26 layer, l.101/104 lengths and batch.
-REAL_DATA_RANDOM_GPT2 = RealDataSetting(seed=0, layer=6, lengths=tuple(range(2, 100, 2)), per_length=10,
-                                        script="gpt2_random/compute_gpt_random.py")
+# Read from the table of published numbers (lipnb.paper_numbers), where each value names its script and line.
+ADVERSARIAL_RANDOM_GPT2 = AdversarialSetting(
+    seed=int(value("adv-seed-random-gpt2")), layer=int(value("adv-layer-random-gpt2")),
+    head=int(value("adv-head-random-gpt2")), R=value("adv-R-random-gpt2"),
+    lengths=tuple(int(n) for n in number("adv-lengths").value), drawn_C=value("drawn-adv-random-gpt2"),
+    script="adversarial_data/toolbox.py")
+REAL_DATA_RANDOM_GPT2 = RealDataSetting(
+    seed=int(value("real-seed-random-gpt2")), layer=int(value("real-layer-random-gpt2")),
+    lengths=tuple(int(n) for n in number("real-lengths").value), per_length=int(value("real-per-length")),
+    script="gpt2_random/compute_gpt_random.py")
 
 
 def paper_random_gpt2(seed: int, attn_implementation: str = "eager") -> nn.Module:
@@ -95,3 +107,62 @@ def decoder_output_tuple_map(model: nn.Module, layer: int) -> Map:
         return torch.cat([sa(X)[0], sa.key(X), sa.value(X)], dim=1)
 
     return fn
+
+
+Correction = Literal["estimator", "matrix", "map"]
+# What each correction of the random-GPT-2 adversarial panel changes (chapter "What the published code measured").
+CORRECTIONS: dict[str, str] = {
+    "estimator": "the true local constant (Lanczos, relative residual 1e-4) instead of the published loop",
+    "matrix": "the head's own A_h instead of compute_A's slice of the Conv1D weight",
+    "map": "head 0 alone instead of the whole layer",
+}
+
+
+def random_gpt2_adversarial_panel(corrected: Sequence[Correction] = ()) -> ResultTable:
+    """Sec. 5.2's random-GPT-2 panel run as published, with the defects named in ``corrected`` (any of
+    :data:`CORRECTIONS`) corrected; one input per length, columns ``n`` and ``lip``; cached."""
+    if isinstance(corrected, str) or any(c not in CORRECTIONS for c in corrected):
+        raise ValueError(f"corrected must be a sequence of {sorted(CORRECTIONS)}; got {corrected!r}")
+    chosen = sorted(set(corrected))
+    s = ADVERSARIAL_RANDOM_GPT2
+
+    def compute() -> dict[str, object]:
+        model = paper_random_gpt2(s.seed).eval()   # get_lipschitz_list calls model.eval() (toolbox.py:156)
+        A = (models.head_matrices(model, s.layer).A[s.head] if "matrix" in chosen
+             else published_A(model, s.layer, s.head))
+        fn = (models.attention_map(model, s.layer, "head", head=s.head) if "map" in chosen
+              else random_gpt2_attention(model, s.layer))
+        X = lemma_c_7_input(A.double(), s.R, max(s.lengths)).float()
+        threshold, max_iter = SCRIPT_SETTINGS[s.script]
+        lips = [local_lipschitz(fn, X[:, :n], tol=1e-4) if "estimator" in chosen
+                else published_estimator(fn, X[:, :n], threshold=threshold, max_iter=max_iter) for n in s.lengths]
+        return {"n": list(s.lengths), "lip": torch.cat(lips).double()}
+
+    return cached_table("paper-adversarial-random-gpt2", {"corrected": chosen}, compute)
+
+
+def random_gpt2_real_data_panel(lengths: Sequence[int]) -> ResultTable:
+    """Sec. 5.1 on the paper's random GPT-2 (seed 0, layer 6, Alice, eval mode) at ``lengths``: per input, the
+    published loop's eval-mode value ``√‖Jᵀ f(X)‖`` and the true local constant (columns ``n``, ``sequence``,
+    ``estimator`` ∈ {``published``, ``lanczos``}, ``lip``); cached."""
+    if isinstance(lengths, (str, int)) or not lengths:
+        raise ValueError(f"lengths must be a non-empty sequence of ints; got {lengths!r}")
+    grid = [check_positive_int(n, "lengths", minimum=2) for n in lengths]
+    s = REAL_DATA_RANDOM_GPT2
+
+    def compute() -> dict[str, object]:
+        model, tokenizer = models.load_shared("gpt2-random")   # seed 0, eval mode: the scripts' model
+        ids = data.token_sequences(data.dataset_text("alice"), tokenizer, grid, s.per_length)
+        fn = random_gpt2_attention(model, s.layer)
+        columns: dict[str, list] = {"n": [], "sequence": [], "estimator": [], "lip": []}
+        for n in grid:
+            X = training_inputs(model, s.layer, ids[n])
+            for name, lip in (("published", published_closed_form(fn, X)),
+                              ("lanczos", local_lipschitz(fn, X, tol=1e-4))):
+                columns["n"] += [n] * len(X)
+                columns["sequence"] += list(range(len(X)))
+                columns["estimator"] += [name] * len(X)
+                columns["lip"] += lip.double().tolist()
+        return columns
+
+    return cached_table("paper-real-data-random-gpt2", {"lengths": grid}, compute)

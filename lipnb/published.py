@@ -20,18 +20,17 @@ import torch
 from scipy.special import betainc
 from torch import Tensor, nn
 
+from .paper_numbers import PUBLISHED, value
+
 __all__ = ["SCRIPT_SETTINGS", "PublishedRun", "first_step_stop_probability", "published_A",
            "published_closed_form", "published_estimator", "published_run"]
 
 Map = Callable[[Tensor], Tensor]
 
-# (threshold, max_iter) of ``loc_lipschitz`` in each published script (its ``def loc_lipschitz`` line).
+# (threshold, max_iter) of ``loc_lipschitz`` in each published script, read from the table of published numbers.
 SCRIPT_SETTINGS: dict[str, tuple[float, int]] = {
-    "bert_encoder/compute_bert_encoder.py": (1e-4, 100),
-    "bert_decoder/compute_bert_decoder.py": (1e-4, 100),
-    "gpt2_random/compute_gpt_random.py": (1e-3, 1000),
-    "gpt_2/compute_gpt.py": (5e-4, 500),
-    "adversarial_data/toolbox.py": (1e-4, 100),
+    key.split(":", 1)[1]: (value(key), int(value("max_iter:" + key.split(":", 1)[1])))
+    for key in (n.key for n in PUBLISHED) if key.startswith("threshold:")
 }
 
 

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from . import bounds as _bounds
-from . import data, models
+from . import data, models, paper_numbers
 from .attention import attention_matrix
 from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence, check_tokens
 from .lipschitz import local_lipschitz
@@ -40,25 +40,9 @@ __all__ = [
     "token_radius",
 ]
 
-PAPER: dict[str, float] = {
-    # Sec. 5.3 ("close to n^{1/4}") and Theorem 3.3's worst case, which Sec. 5.2 reports reaching.
-    "real-data exponent": 0.25,
-    "worst-case exponent": 0.5,
-    "adversarial exponent": 0.5,
-    # bert_encoder/plot_bert_encoder.py draws 14.3 n^0.24 over layer 0's points (a drawn curve, not a fit).
-    "drawn real-data curve, BERT encoder: constant": 14.3,
-    "drawn real-data curve, BERT encoder: exponent": 0.24,
-    # adversarial_data/adversarial.py: the C of the drawn C n^(1/2) and the radius R of each panel.
-    "adversarial C, BERT encoder (layer 0, head 0)": 4.39,
-    "adversarial C, BERT decoder (layer 6, head 7)": 5.73,
-    "adversarial C, random GPT-2 (layer 6, head 0)": 0.92,
-    "adversarial C, pretrained GPT-2 (layer 0, head 0)": 46.9,
-    "adversarial R, BERT encoder": 15.5,
-    "adversarial R, BERT decoder": 21.5,
-    "adversarial R, random GPT-2": 100.0,
-    # Sec. 5.2: "the magnitude of tokens generated with real data (which is 27.7)" for random GPT-2.
-    "token radius, random GPT-2": 27.7,
-}
+# The paper's token radius of random GPT-2 (Sec. 5.2), under the name chapters read; every published number is in
+# lipnb.paper_numbers.PUBLISHED.
+PAPER: dict[str, float] = {"token radius, random GPT-2": paper_numbers.value("radius-random-gpt2")}
 
 
 def token_radius(X: Tensor) -> Tensor:
