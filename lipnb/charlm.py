@@ -158,8 +158,11 @@ def _bits_per_char(model: CharLM, ids: Tensor, config: CharLMConfig, device: tor
 
 
 def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig, kind: Kind, *,
-                  device: torch.device | None = None, log_every: int = 10) -> list[dict]:
+                  device: torch.device | None = None, log_every: int = 10, divisors: bool = False) -> list[dict]:
     """Train one model with Adam; rows ``{step, train_bpc, valid_bpc, diverged, seconds}`` every ``log_every`` steps.
+
+    With ``divisors``, each row also holds ``divisor``: every block's ``max(1, bound)`` at the context length, what
+    a contractive block divides its attention by (Theorem 3.2's bound; step 0's row is the initial model).
 
     ``train_bpc`` averages the training loss since the previous row, ``valid_bpc`` is measured on all of
     ``valid``; a non-finite loss stops the run, with a last row marked ``diverged`` whose losses are ``inf``
@@ -171,6 +174,13 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
     model = CharLM(vocab, config, kind).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
     rows, start, running = [], time.perf_counter(), []
+
+    def divisor() -> list[float]:
+        with torch.no_grad():
+            return [float(b["attn"].bound(config.context).clamp_min(1.0)) for b in model.blocks]
+
+    if divisors:
+        rows.append({"step": 0, "divisor": divisor()})
     for step in range(1, config.steps + 1):
         x, y = _batch(train, config, g)
         loss = nn.functional.cross_entropy(model(x.to(device)).flatten(0, 1), y.to(device).flatten())
@@ -186,5 +196,7 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
             rows.append({"step": step, "train_bpc": sum(running) / len(running),
                          "valid_bpc": _bits_per_char(model, valid, config, device), "diverged": False,
                          "seconds": time.perf_counter() - start})
+            if divisors:
+                rows[-1]["divisor"] = divisor()
             running = []
     return rows

@@ -83,12 +83,13 @@ def load_record(name: str = RECORD) -> dict:
     return json.loads(path.read_text())
 
 
-def replay(kind: Kind, depth: int, steps: int) -> list[dict]:
-    """The first ``steps`` steps of the recorded run (``kind``, ``depth``), re-run here with its settings."""
+def replay(kind: Kind, depth: int, steps: int, *, divisors: bool = False) -> list[dict]:
+    """The first ``steps`` steps of the recorded run (``kind``, ``depth``), re-run here with its settings
+    (with ``divisors``, also every block's attention divisor: :func:`lipnb.charlm.train_char_lm`)."""
     train, valid, alphabet = agnews_corpus()
     config = replace(run_settings(depth), steps=steps)
     return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
-                         log_every=SETTINGS["log_every"])
+                         log_every=SETTINGS["log_every"], divisors=divisors)
 
 
 def _git() -> str:

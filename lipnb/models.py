@@ -296,7 +296,8 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
 
     The one place that decides what each :data:`MapKind` means in each :data:`Family`.
     Arguments are checked alike for every family (:func:`check_map_arguments`).
-    ``"head"``: head ``head`` (default 0) alone, Def 2.1 with its biases and value map ``W_h V_h`` (no output bias).
+    ``"head"``: head ``head`` alone, Def 2.1 with its score and value biases and value map ``V_h``, before the
+    output projection (``d' = k``; :func:`lipnb.heads.single_head` with ``project=False``).
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
     no residual, no LayerNorm: the map the theorems bound. ``masked`` overrides the model's causality for
     these two (``None``: the model's own).

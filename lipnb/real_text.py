@@ -9,7 +9,8 @@ for random GPT-2). Theorem 3.3's ball ``B_R^n`` needs the largest token norm ins
 Every sweep returns one tidy :class:`~lipnb.results.ResultTable` (a row per measured input), cached as CSV keyed
 by its parameters and a hash of lipnb's source. The map is a :data:`lipnb.models.MapKind`
 (:func:`lipnb.models.attention_map` decides what it means in each model family); ``estimator`` is
-``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code).
+``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code, with the stopping rule of the
+script that measured the model: :data:`PUBLISHED_SCRIPT`).
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from .attention import attention_matrix
 from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence, check_tokens
 from .lipschitz import local_lipschitz
 from .profiles import Profile, check_profile
-from .published import published_estimator
+from .published import SCRIPT_SETTINGS, published_estimator
 from .results import ResultTable, cached_table, progress
 
 __all__ = [
     "PAPER",
+    "PUBLISHED_SCRIPT",
     "layer_radii",
     "measure",
     "position_aliasing",
@@ -51,12 +53,27 @@ def token_radius(X: Tensor) -> Tensor:
     return X.double().norm(dim=-1).square().mean(-1).sqrt()
 
 
-def measure(fn: Callable[[Tensor], Tensor], X: Tensor, estimator: str) -> Tensor:
-    """``Lip_X(fn)`` for every input: Lanczos at relative residual ``1e-4`` (App. E.1) or the published loop."""
+# The published script that measured each model on real text (its loop's threshold and cap: ``SCRIPT_SETTINGS``);
+# the stand-ins run their original's script.
+PUBLISHED_SCRIPT: dict[str, str] = {
+    "gpt2-random": "gpt2_random/compute_gpt_random.py",
+    "gpt2": "gpt_2/compute_gpt.py",
+    "bert-base-uncased": "bert_encoder/compute_bert_encoder.py",
+    "minilm": "bert_encoder/compute_bert_encoder.py",
+    "bert-base-uncased-decoder": "bert_decoder/compute_bert_decoder.py",
+    "minilm-decoder": "bert_decoder/compute_bert_decoder.py",
+}
+
+
+def measure(fn: Callable[[Tensor], Tensor], X: Tensor, estimator: str, model_name: str | None = None) -> Tensor:
+    """``Lip_X(fn)`` for every input: Lanczos at relative residual ``1e-4`` (App. E.1) or the published loop,
+    with the threshold and cap of the script that measured ``model_name`` (``1e-4`` and 100 for other models)."""
     if estimator == "lanczos":
         return local_lipschitz(fn, X, tol=1e-4).double()
     if estimator == "published":
-        return published_estimator(fn, X).double()
+        script = PUBLISHED_SCRIPT.get(model_name or "", "adversarial_data/toolbox.py")
+        threshold, max_iter = SCRIPT_SETTINGS[script]
+        return published_estimator(fn, X, threshold=threshold, max_iter=max_iter).double()
     raise ValueError(f"estimator must be 'lanczos' or 'published'; got {estimator!r}")
 
 
@@ -113,7 +130,8 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
                 row = {"model": model_name, "dataset": dataset, "layer": i, "kind": kind,
                        **({"head": head} if kind == "head" else {}), "masked": causal, "estimator": estimator,
                        "n": n, "sequence": range(len(X)),
-                       "lip": measure(maps[i], X, estimator).cpu().numpy(), "radius": token_radius(X).cpu().numpy(),
+                       "lip": measure(maps[i], X, estimator, model_name).cpu().numpy(),
+                       "radius": token_radius(X).cpu().numpy(),
                        "max_norm": norms.amax(1).cpu().numpy()}
                 if bounds:
                     row.update(_bound_columns(mapped, i, X, causal))

@@ -1,4 +1,5 @@
-"""Statistics of the sweeps: log-log fits, Student and bootstrap intervals for growth exponents, power-law breaks."""
+"""Statistics of the sweeps: log-log fits, Student and bootstrap intervals for growth exponents, power-law breaks,
+and the lack-of-fit test that says whether a power law describes the curve at all."""
 
 from __future__ import annotations
 
@@ -17,10 +18,13 @@ if TYPE_CHECKING:
     from .results import ResultTable
 
 __all__ = [
+    "LackOfFit",
     "LineFit",
     "bootstrap_slope",
     "fit_line",
     "growth_fits",
+    "lack_of_fit",
+    "local_slopes",
     "power_law_break",
     "student_interval",
 ]
@@ -105,6 +109,55 @@ def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, re
     return slope, float(low), float(high)
 
 
+@dataclass(frozen=True)
+class LackOfFit:
+    """The lack-of-fit F test of a line: ``F`` on ``(df_lack, df_error)`` degrees of freedom and its p-value."""
+
+    F: float
+    df_lack: int
+    df_error: int
+    p: float
+
+
+def lack_of_fit(x: torch.Tensor, y: torch.Tensor) -> LackOfFit:
+    """Is ``y`` linear in ``x``? The classical lack-of-fit F test, for replicates at each distinct ``x``.
+
+    The least-squares line's residual sum of squares splits into pure error (the spread of ``y`` around the
+    mean of its own ``x``, ``N - G`` degrees of freedom for ``N`` points at ``G`` distinct values) and lack of fit
+    (the distance of those means from the line, ``G - 2``); ``F`` is the ratio of their mean squares. On log-log
+    data, a small ``p`` says no power law ``y = C x^α`` describes the per-length means within their scatter, so
+    the fitted exponent is an average of changing local slopes (:func:`local_slopes`), not a growth rate.
+    """
+    from scipy import stats
+
+    x, y = _points(x, y, 0.5)
+    levels, group = torch.unique(x, return_inverse=True)
+    G, N = len(levels), len(x)
+    if G < 3 or N <= G:
+        raise ValueError(f"the test needs >= 3 distinct x and replicates at some x; got {G} distinct of {N} points")
+    means = torch.zeros(G, dtype=x.dtype).index_add_(0, group, y) / torch.bincount(group, minlength=G)
+    pure = float((y - means[group]).square().sum())
+    xc = x - x.mean()
+    slope = (xc * (y - y.mean())).sum() / xc.square().sum()
+    total = float((y - y.mean() - slope * xc).square().sum())
+    df_lack, df_error = G - 2, N - G
+    F = (total - pure) / df_lack / max(pure / df_error, 1e-300)
+    return LackOfFit(F, df_lack, df_error, float(stats.f.sf(F, df_lack, df_error)))
+
+
+def local_slopes(n: Sequence[float], lip: Sequence[float]) -> torch.Tensor:
+    """Slopes of ``log mean(lip)`` against ``log n`` between consecutive distinct lengths (a curve's local exponent)."""
+    x = torch.as_tensor(list(n), dtype=torch.float64)
+    y = torch.as_tensor(list(lip), dtype=torch.float64)
+    if x.shape != y.shape or not bool((x > 0).all() & (y > 0).all()):
+        raise ValueError("n and lip must have the same length and be positive")
+    levels, group = torch.unique(x, return_inverse=True)
+    if len(levels) < 2:
+        raise ValueError(f"need at least 2 distinct lengths; got {len(levels)}")
+    means = torch.zeros(len(levels), dtype=y.dtype).index_add_(0, group, y) / torch.bincount(group)
+    return means.log().diff() / levels.log().diff()
+
+
 def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3, alpha: float = 1e-3,
                     min_jump: float = 1.25, min_slope_change: float = 0.15) -> dict:
     """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
@@ -151,8 +204,9 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
 
 def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
     """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
-    ``C = e^intercept`` (Student interval when every length has one input), and :func:`power_law_break`'s
-    verdict where there are enough lengths."""
+    ``C = e^intercept`` (Student interval when every length has one input), :func:`lack_of_fit`'s ``lof_F``
+    and ``lof_p`` where lengths repeat (``nan`` otherwise), and :func:`power_law_break`'s verdict where there are
+    enough lengths."""
     import pandas as pd
 
     frame, by = check_grouped_table(table, by, (x, y))
@@ -166,7 +220,11 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
         else:
             slope, low, high = bootstrap_slope(lx, ly, resamples=500)
         row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
-        row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())))
+        row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())),
+                   lof_F=math.nan, lof_p=math.nan)
+        if 3 <= group[x].nunique() < len(group):
+            test = lack_of_fit(lx, ly)
+            row.update(lof_F=test.F, lof_p=test.p)
         if group[x].nunique() >= 6:
             verdict = power_law_break(group[x], group[y])
             row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"],

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lipnb.charlm import Attention, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
+from lipnb.charlm import Attention, CharLM, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
 from lipnb.l2_attention import L2AttentionMap, L2Heads
 from lipnb.l2_bounds import theorem_3_2_two
 
@@ -36,6 +36,20 @@ def test_training_lowers_the_loss_below_uniform() -> None:
     rows = train_char_lm(train, valid, len(alphabet), config, "l2", log_every=20)
     assert not rows[-1]["diverged"]
     assert rows[-1]["valid_bpc"] < 0.5 * math.log2(len(alphabet))
+
+
+def test_divisors_are_each_blocks_bound_at_the_context_length() -> None:
+    """Step 0's divisors are the fresh model's Theorem 3.2 bounds (rebuilt from the seed); the curve is unchanged."""
+    train, valid, alphabet = char_corpus("abcabcabd " * 100)
+    config = CharLMConfig(d=16, heads=2, depth=2, context=8, batch=8, steps=4, lr=1e-2)
+    rows = train_char_lm(train, valid, len(alphabet), config, "l2-contractive", log_every=2, divisors=True)
+    torch.manual_seed(config.seed)
+    fresh = CharLM(len(alphabet), config, "l2-contractive")
+    expected = [max(1.0, float(b["attn"].bound(config.context))) for b in fresh.blocks]
+    assert rows[0]["step"] == 0 and rows[0]["divisor"] == pytest.approx(expected, rel=1e-6)
+    assert [r["step"] for r in rows[1:]] == [2, 4] and all(len(r["divisor"]) == 2 for r in rows[1:])
+    plain = train_char_lm(train, valid, len(alphabet), config, "l2-contractive", log_every=2)
+    assert [r["valid_bpc"] for r in plain] == [r["valid_bpc"] for r in rows[1:]]
 
 
 def test_bad_arguments() -> None:

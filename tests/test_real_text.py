@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from lipnb import data, local_lipschitz, models
 from lipnb.adversarial import adversarial_layers, adversarial_sweep, head_gamma_table
 from lipnb.profiles import PROFILES
-from lipnb.real_text import layer_radii, position_aliasing, real_text_sweep, token_radii, token_radius
+from lipnb.published import published_estimator
+from lipnb.real_text import layer_radii, measure, position_aliasing, real_text_sweep, token_radii, token_radius
 from lipnb.stats import growth_fits, power_law_break
 
 
@@ -39,6 +40,29 @@ def test_growth_fits_recover_a_power_law(alpha: float, C: float, seed: int) -> N
     assert fit.low <= alpha <= fit.high or abs(fit.alpha - alpha) < 0.01
     assert math.isclose(fit.C, C, rel_tol=0.05)
     assert math.isnan(fit.break_n)
+
+
+def test_growth_fits_report_the_lack_of_fit_of_a_saturating_curve() -> None:
+    n = torch.tensor([2, 26, 50, 74, 98], dtype=torch.float64).repeat_interleave(4)
+    wobble = 1 + 0.01 * torch.cos(torch.arange(len(n), dtype=torch.float64))
+    fits = growth_fits(pd.DataFrame({"g": [0] * len(n) + [1] * len(n), "n": n.repeat(2).numpy(),
+                                     "lip": torch.cat([n**0.25, n / (n + 20)]).mul(wobble.repeat(2)).numpy()}), ["g"])
+    assert fits.lof_p[0] > 0.01 and fits.lof_p[1] < 1e-6
+
+
+def test_published_measure_uses_the_stopping_rule_of_the_models_script() -> None:
+    """Random GPT-2's script stops at 1e-3 (1000 steps); another model's at 1e-4: a threshold that matters here."""
+    W = torch.randn(6, 6, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+
+    def fn(X: torch.Tensor) -> torch.Tensor:
+        return 0.02 * torch.tanh(X @ W)
+
+    X = torch.randn(8, 3, 6, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    at_1e3 = published_estimator(fn, X, threshold=1e-3, max_iter=1000)
+    at_1e4 = published_estimator(fn, X, threshold=1e-4, max_iter=100)
+    assert not torch.allclose(at_1e3, at_1e4, equal_nan=True)
+    torch.testing.assert_close(measure(fn, X, "published", "gpt2-random"), at_1e3, equal_nan=True)
+    torch.testing.assert_close(measure(fn, X, "published", "minilm"), at_1e4, equal_nan=True)
 
 
 def test_power_law_break_finds_a_jump() -> None:

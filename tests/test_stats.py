@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from lipnb.stats import bootstrap_slope, fit_line, student_interval
+from lipnb.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, student_interval
 
 F64 = torch.float64
 
@@ -42,3 +42,49 @@ def test_fit_line_recovers_any_line_and_its_interval_covers_it(slope: float, int
     noisy = fit_line(xs, slope * xs + intercept + torch.cat([e, -e]))
     assert noisy.slope == pytest.approx(slope, abs=1e-9)
     assert noisy.low <= slope <= noisy.high and noisy.high - noisy.low > 0
+
+
+def _replicated(curve, seed: int, noise: float = 0.05) -> tuple[torch.Tensor, torch.Tensor]:
+    """log n and log of ``curve(n)`` times log-normal noise, ten replicates at each of five lengths."""
+    n = torch.tensor([2.0, 26, 50, 74, 98], dtype=F64).repeat_interleave(10)
+    e = noise * torch.randn(len(n), dtype=F64, generator=torch.Generator().manual_seed(seed))
+    return n.log(), curve(n).log() + e
+
+
+def test_lack_of_fit_equals_the_nested_model_comparison() -> None:
+    """F against an independent computation: the line (numpy.polyfit) nested in one mean per length (dummy lstsq)."""
+    import numpy as np
+
+    x, y = _replicated(lambda n: n / (n + 20), seed=3)
+    line = np.polyval(np.polyfit(x.numpy(), y.numpy(), 1), x.numpy())
+    dummies = (x[:, None] == torch.unique(x)[None, :]).to(F64)
+    means = dummies @ torch.linalg.lstsq(dummies, y[:, None]).solution[:, 0]
+    rss_line, rss_means = float(((y.numpy() - line) ** 2).sum()), float((y - means).square().sum())
+    expected = (rss_line - rss_means) / 3 / (rss_means / 45)
+    test = lack_of_fit(x, y)
+    assert (test.df_lack, test.df_error) == (3, 45) and test.F == pytest.approx(expected, rel=1e-9)
+
+
+def test_lack_of_fit_accepts_a_power_law_and_rejects_a_saturating_curve() -> None:
+    """An exact power law with noise passes at the test's level (about 5% of seeds below p = 0.05); a curve that
+    saturates, ``n / (n + 20)``, with the same noise is rejected far below any usual level."""
+    p = torch.tensor([lack_of_fit(*_replicated(lambda n: 0.4 * n**0.25, seed)).p for seed in range(200)])
+    assert 0.01 <= float((p < 0.05).double().mean()) <= 0.10
+    assert lack_of_fit(*_replicated(lambda n: n / (n + 20), seed=0)).p < 1e-8
+
+
+def test_local_slopes_of_a_power_law_and_of_a_saturating_curve() -> None:
+    n = torch.tensor([2.0, 4, 8, 16]).repeat_interleave(2)
+    assert torch.allclose(local_slopes(n, 3 * n**0.3), torch.full((3,), 0.3, dtype=F64))
+    slopes = local_slopes(n, n / (n + 4))
+    assert bool((slopes.diff() < 0).all())
+
+
+def test_lack_of_fit_refuses_data_it_cannot_test() -> None:
+    x = torch.tensor([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="replicates"):
+        lack_of_fit(x, x)
+    with pytest.raises(ValueError, match="replicates"):
+        lack_of_fit(torch.tensor([1.0, 1, 2, 2]), torch.tensor([1.0, 2, 3, 4]))
+    with pytest.raises(ValueError, match="positive"):
+        local_slopes([1, 2], [1.0, -1.0])

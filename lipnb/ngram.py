@@ -1,0 +1,93 @@
+"""Count-based character models for Part III's baselines: interpolated Kneser-Ney ``n``-grams.
+
+The standard a language-model baseline is held to (Chen & Goodman, 1999, Sec. 3.5 and 4.1.6): *interpolated*
+Kneser-Ney with one absolute discount per order, ``D = n₁ / (n₁ + 2 n₂)`` from that order's counts of counts
+(``n_r`` = the number of ``n``-grams counted exactly ``r`` times). The highest order uses the counts ``c(h w)``;
+every lower order uses continuation counts ``N₁₊(• h w)``, the number of distinct characters seen before
+``h w``, and the lowest is interpolated with the uniform distribution over the alphabet, so that no character
+has probability zero. With ``T(h) = Σ_w count(h w)`` and ``N₁₊(h •)`` the number of distinct ``w`` after ``h``,
+
+``P(w | h) = max(count(h w) - D, 0) / T(h) + D N₁₊(h •) / T(h) · P(w | h')``,
+
+``h'`` being ``h`` without its first character; a context never seen (``T(h) = 0``) backs off to
+``P(w | h')`` entirely.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .checks import check_positive_int
+
+__all__ = ["kneser_ney_bits_per_char", "kneser_ney_probabilities"]
+
+
+def _codes(ids: Tensor, k: int, vocab: int) -> Tensor:
+    """Each window of ``k`` consecutive ids as one integer (base ``vocab``, first character most significant)."""
+    code = torch.zeros(len(ids) - k + 1, dtype=torch.int64)
+    for i in range(k):
+        code = code * vocab + ids[i:len(ids) - k + 1 + i]
+    return code
+
+
+def _lookup(keys: Tensor, values: Tensor, query: Tensor) -> Tensor:
+    """``values`` at ``query`` in the sorted ``keys`` (0 where absent), as float64."""
+    if len(keys) == 0:
+        return torch.zeros(len(query), dtype=torch.float64)
+    at = torch.searchsorted(keys, query).clamp(max=len(keys) - 1)
+    return torch.where(keys[at] == query, values[at], torch.zeros_like(values[at])).double()
+
+
+def _discount(counts: Tensor) -> float:
+    """Chen & Goodman's ``D = n₁ / (n₁ + 2 n₂)`` from the counts of counts (``0.5`` if there are none)."""
+    n1, n2 = int((counts == 1).sum()), int((counts == 2).sum())
+    return n1 / (n1 + 2 * n2) if n1 + n2 > 0 else 0.5
+
+
+def kneser_ney_probabilities(train: Tensor, query: Tensor, vocab: int, order: int) -> Tensor:
+    """Interpolated Kneser-Ney: ``P(w | h)`` for every row of ``query`` ``(M, order)`` (``order - 1`` context
+    characters, then ``w``), fitted on the character ids ``train``; float64 ``(M,)``."""
+    order = check_positive_int(order, "order")
+    vocab = check_positive_int(vocab, "vocab")
+    train, query = torch.as_tensor(train, dtype=torch.int64), torch.as_tensor(query, dtype=torch.int64)
+    if train.ndim != 1 or len(train) < order:
+        raise ValueError(f"train must be a 1-D sequence of at least order = {order} ids")
+    if query.ndim != 2 or query.shape[1] != order:
+        raise ValueError(f"query must be (M, order = {order}); got shape {tuple(query.shape)}")
+    for name, ids in (("train", train), ("query", query)):
+        if len(ids.flatten()) and not bool(((ids >= 0) & (ids < vocab)).all()):
+            raise ValueError(f"{name} ids must lie in [0, vocab = {vocab})")
+    if vocab ** order >= 2**62:
+        raise ValueError(f"vocab ** order = {vocab}**{order} is too large for integer codes")
+    # count(k-gram) for k = order: raw counts; for k < order: distinct characters seen before it.
+    grams, counts = torch.unique(_codes(train, order, vocab), return_counts=True)
+    tables = {order: (grams, counts)}
+    for k in range(order - 1, 0, -1):
+        distinct = torch.unique(_codes(train, k + 1, vocab))
+        tables[k] = torch.unique(distinct % vocab**k, return_counts=True)
+    p = torch.full((len(query),), 1.0 / vocab, dtype=torch.float64)
+    for k in range(1, order + 1):
+        grams, counts = tables[k]
+        D = _discount(counts)
+        contexts, gram_context = torch.unique(grams // vocab, return_inverse=True)
+        total = torch.zeros(len(contexts), dtype=torch.int64).index_add_(0, gram_context, counts)
+        types = torch.bincount(gram_context, minlength=len(contexts))
+        window = query[:, order - k:]
+        code = (window * vocab ** torch.arange(k - 1, -1, -1)).sum(1)
+        c = _lookup(grams, counts, code)
+        T, N = _lookup(contexts, total, code // vocab), _lookup(contexts, types, code // vocab)
+        seen = T > 0
+        p = torch.where(seen, ((c - D).clamp(min=0) + D * N * p) / T.clamp(min=1), p)
+    return p
+
+
+def kneser_ney_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int) -> float:
+    """The count-based baseline of Part III: validation bits/char of an interpolated Kneser-Ney ``order``-gram fitted
+    on ``train``, over the positions of ``valid`` with ``order - 1`` characters before them (as the add-one one)."""
+    order = check_positive_int(order, "order")
+    valid = torch.as_tensor(valid, dtype=torch.int64)
+    if valid.ndim != 1 or len(valid) < order:
+        raise ValueError(f"valid must be a 1-D sequence of at least order = {order} ids")
+    windows = torch.stack([valid[i:len(valid) - order + 1 + i] for i in range(order)], 1)
+    return float(-kneser_ney_probabilities(train, windows, vocab, order).log2().mean())
