@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -29,7 +30,7 @@ from typing import TypeVar
 import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from .checks import check_writable_dir
 
@@ -199,9 +200,21 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     return table
 
 
+def progress_bar(**options) -> tqdm:
+    """A text progress bar on the process's own stderr, never in a notebook cell's output.
+
+    It is drawn when that stderr is a terminal (a script run by hand), or always with ``LIPNB_PROGRESS=1``;
+    never with ``LIPNB_PROGRESS=0``. Inside a Jupyter kernel ``sys.__stderr__`` is the kernel's log, not
+    the cell's output, so no bar is stored in a notebook or compared by nbval, whatever the environment.
+    """
+    stream = sys.__stderr__
+    setting = os.environ.get("LIPNB_PROGRESS", "auto")
+    shown = stream is not None and (setting == "1" or (setting != "0" and stream.isatty()))
+    return tqdm(file=stream, disable=not shown, **options)
+
+
 def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
-    """A tqdm progress bar that stays quiet when ``LIPNB_PROGRESS=0`` (as in CI logs)."""
+    """Iterate ``items`` under a :func:`progress_bar` that disappears when done."""
     if not isinstance(items, Iterable):
         raise TypeError(f"items must be iterable; got {type(items).__name__}")
-    disable = os.environ.get("LIPNB_PROGRESS", "1") == "0"
-    return iter(tqdm(items, desc=desc, total=total, disable=disable, leave=False))
+    return iter(progress_bar(iterable=items, desc=desc, total=total, leave=False))
