@@ -37,7 +37,7 @@ import numpy as np
 
 from .figures import figure, figure_defects, show
 
-__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "check", "figure", "figure_defects", "ledger", "markdown_table",
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "ledger", "markdown_table",
            "read_ledger", "read_states", "show", "state", "summary_table"]
 
 Number = float | int | np.ndarray
