@@ -37,8 +37,8 @@ import numpy as np
 
 from .figures import figure, figure_defects, show
 
-__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "ledger", "markdown_table",
-           "read_ledger", "read_states", "show", "state", "summary_table"]
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "ledger",
+           "markdown_table", "read_ledger", "read_states", "show", "state", "summary_table"]
 
 Number = float | int | np.ndarray
 # The key of the output metadata under which ledger() stores its entries (read by read_ledger): metadata,
