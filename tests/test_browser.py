@@ -375,11 +375,15 @@ def _broken_links(links: list[str], origin: str, site: Path) -> list[str]:
 
 
 def _screenshot(cdp: CDP, page: str) -> None:
-    """The whole page at 1280 px, top to bottom, in ``_build/screens/<page path with '-'>.png``."""
+    """The whole page at 1280 px, top to bottom, in ``_build/screens/<page path with '-'>.png``: the window is
+    made as tall as the page for the shot, then set back."""
     SCREENS.mkdir(parents=True, exist_ok=True)
-    size = cdp.send("Page.getLayoutMetrics")["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": 1280, "height": min(size["height"], SCREENSHOT_MAX_PX), "scale": 1}
-    shot = cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+    height = min(int(cdp.evaluate("document.documentElement.scrollHeight")), SCREENSHOT_MAX_PX)
+    cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=height, deviceScaleFactor=1, mobile=False)
+    try:
+        shot = cdp.send("Page.captureScreenshot", format="png")
+    finally:
+        cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
     (SCREENS / f"{page.replace('/', '-')}.png").write_bytes(base64.b64decode(shot["data"]))
 
 
