@@ -529,6 +529,13 @@ def test_prose_agrees_with_the_makefile() -> None:
     assert not found, "prose disagrees with the Makefile:\n  " + "\n  ".join(found)
 
 
+def test_the_readme_says_how_long_each_step_takes() -> None:
+    """The first install, the book and both test runs each have one measured duration in README.md."""
+    stated = {target for target, _, unit in _TIMING.findall((ROOT / "README.md").read_text()) if unit in _UNITS_S}
+    missing = {"install", "book", "test", "test-portable"} - stated
+    assert not missing, f"README.md gives no duration for: {sorted(missing)} (write `make X` takes about N s)"
+
+
 def test_the_makefile_check_finds_planted_disagreements() -> None:
     makefile = (ROOT / "Makefile").read_text()
     planted = {"README.md": "`make book` takes about 15 s; `make docs` builds it. Install torch==2.0.0.\n"
