@@ -1,18 +1,18 @@
 """The built book as a reader meets it: every page opened in headless Chromium, through a local server.
 
 The HTML is built (or reused when newer than every source) with `jupyter-book build`, served on
-127.0.0.1 and opened page by page over the Chrome DevTools protocol. A page fails on a JavaScript
-error, a request that leaves localhost, a resource that does not load, a formula MathJax did not
-typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
-type ("Proposition" with no number or name), a Markdown table left as text, a wide formula, output
-or table cut at the column edge instead of scrolling (at 1280 px), a table printed as text wider than
-the column, a Markdown table wider than the column, or content clipped by a box that hides its overflow.
-Each of these checks is shown firing on a planted page. README and the introduction are checked against
-the Makefile (make targets, durations, pinned versions, paths). Figures are checked where they are
-drawn (``lipnb.report.show``: overprinted tick labels, an offset on a title, an empty legend entry).
-Screenshots of the
-landing page, chapter 4, results at a glance, the two papers' rates and the performance chapter are
-written to ``_build/screens``.
+127.0.0.1 and opened page by page over the Chrome DevTools protocol at 1280 px. A page fails on a
+JavaScript error, a request that leaves localhost, a resource that does not load, a formula MathJax did
+not typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
+type ("Proposition" with no number or name), a Markdown table left as text, a directive or role shown as
+source text, a glued value printed as a quoted literal, a mention of the work tracker, five or more check
+lines printed in a row, a figure without a caption, a wide formula, output or table cut at the column
+edge, a table printed as text wider than the column, a Markdown table wider than the column, content
+clipped by a box that hides its overflow, or a page that scrolls sideways. Each of these checks is shown
+firing on a planted page. README and the introduction are checked against the Makefile (make targets,
+durations, pinned versions, paths). Figures are checked where they are drawn (``lipnb.report.show``: text
+too small for the page, overprinted labels within or between panels and colour bars, an offset on a title,
+an empty legend entry). A full-page screenshot of every page is written to ``_build/screens``.
 
 Chromium comes from Debian's ``chromium`` package (``make browser`` installs it); set ``CHROMIUM`` to
 use another binary. Without one the tests are skipped with that message.
