@@ -333,3 +333,15 @@ def test_progress_bars_never_reach_the_cell_output(monkeypatch: pytest.MonkeyPat
         assert list(progress(range(3), "sweep")) == [0, 1, 2]
         assert ("sweep" in process_stderr.getvalue()) == drawn, (setting, tty)
         assert capsys.readouterr() == ("", ""), "nothing in the cell's own streams"
+
+
+def test_two_panel_titles_that_touch_read_as_one() -> None:
+    """Fig. 9.2 before the fix: two long panel titles drawn end to end, a space apart, read as one title."""
+    fig, axes = report.figure("Touching titles", ncols=3, width=4.2)
+    for ax in axes:
+        ax.plot([0, 1], [0, 1])
+    axes[1].set_title("rescaled $y_i = e^{-tV}x_i$, $V = A = I$, a long title")
+    axes[2].set_title("rescaled $y_i$, $V$ pos. def., $A$ symmetric, long")
+    fig.tight_layout()
+    defects = report.figure_defects(fig)
+    assert any(d.startswith("axes 1 ('rescaled") and "and axes 2 ('rescaled" in d for d in defects), defects
