@@ -159,7 +159,7 @@ def _neighbour_defects(fig: Figure, renderer) -> list[str]:
         for what_a, box_a in texts_a:
             for what_b, box_b in texts_b:
                 if _overlap(_widened(box_a), _widened(box_b)):
-                    defects.append(f"{_name(i, a)}'s {what_a} and {_name(j, b)}'s {what_b} overprint each other")
+                    defects.append(f"{_name(i, a)}'s {what_a} and {_name(j, b)}'s {what_b} overprint or touch")
         for (k, ax, texts), frame in (((i, a, texts_a), frame_b), ((j, b, texts_b), frame_a)):
             other = _name(j, b) if ax is a else _name(i, a)
             defects += [f"{_name(k, ax)}'s {what} is drawn inside {other}" for what, box in texts

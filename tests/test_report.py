@@ -277,7 +277,7 @@ def test_figure_defects_finds_a_colour_bar_over_the_next_panel() -> None:
     tick_on_tick = "axes 1's y tick label 'layer 0' and colour bar 2's y tick label"
     assert any(d.startswith(tick_on_tick) for d in defects), defects
     assert any(d.startswith("axes 1's 'layer' and colour bar 2's") for d in defects), defects
-    with pytest.raises(ValueError, match="overprint each other"):
+    with pytest.raises(ValueError, match="overprint or touch"):
         report.show("fig-cbar", fig)
     fig, axes = report.figure("The same, laid out", ncols=2, width=4.5)
     for ax in axes:
