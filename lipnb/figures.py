@@ -139,8 +139,17 @@ def _name(k: int, ax: Axes) -> str:
     return f"{kind} {k}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
 
 
+# Text of two panels closer than this (pixels) reads as one: two titles that touch, "V = I rescaled y".
+_GAP_PX = 8.0
+
+
+def _widened(box: Bbox) -> Bbox:
+    """``box`` with half of :data:`_GAP_PX` more on either side along the line of text."""
+    return Bbox.from_extents(box.x0 - _GAP_PX / 2, box.y0, box.x1 + _GAP_PX / 2, box.y1)
+
+
 def _neighbour_defects(fig: Figure, renderer) -> list[str]:
-    """Text of one axes (or colour bar) drawn over another's text or plotting area."""
+    """Text of one axes (or colour bar) drawn over, or touching, another's text, or inside its plotting area."""
     defects = []
     drawn = [(k, ax, _texts(ax, renderer), ax.get_window_extent(renderer)) for k, ax in enumerate(fig.axes)
              if ax.get_visible()]
@@ -149,8 +158,8 @@ def _neighbour_defects(fig: Figure, renderer) -> list[str]:
             continue  # an inset, or axes drawn on purpose over another (twinx): not neighbours
         for what_a, box_a in texts_a:
             for what_b, box_b in texts_b:
-                if _overlap(box_a, box_b):
-                    defects.append(f"{_name(i, a)}'s {what_a} and {_name(j, b)}'s {what_b} overprint each other")
+                if _overlap(_widened(box_a), _widened(box_b)):
+                    defects.append(f"{_name(i, a)}'s {what_a} and {_name(j, b)}'s {what_b} overprint or touch")
         for (k, ax, texts), frame in (((i, a, texts_a), frame_b), ((j, b, texts_b), frame_a)):
             other = _name(j, b) if ax is a else _name(i, a)
             defects += [f"{_name(k, ax)}'s {what} is drawn inside {other}" for what, box in texts

@@ -37,12 +37,13 @@ import numpy as np
 
 from .figures import figure, figure_defects, show
 
-__all__ = ["LEDGER_MIME", "Check", "LedgerEntry", "check", "figure", "figure_defects", "ledger", "markdown_table",
-           "read_ledger", "read_states", "show", "state", "summary_table"]
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "ledger",
+           "markdown_table", "read_ledger", "read_states", "show", "state", "summary_table"]
 
 Number = float | int | np.ndarray
-# The mime type under which ledger() stores its entries in a notebook's outputs (read by read_ledger).
-LEDGER_MIME = "application/vnd.lipnb.ledger+json"
+# The key of the output metadata under which ledger() stores its entries (read by read_ledger): metadata,
+# not a mime type of its own, so that no notebook renderer has a type it does not know.
+LEDGER_KEY = "lipnb-ledger"
 
 
 def _glue(name: str, value: object) -> None:
@@ -101,8 +102,10 @@ def _pair(a: float, b: float) -> tuple[str, str]:
     return text_a, text_b
 
 
-def _number(x: object) -> float | str:
-    """A float for JSON when ``x`` is a finite number, else its text."""
+def _number(x: object) -> float | str | None:
+    """A float for JSON when ``x`` is a finite number, else its text (None stays None)."""
+    if x is None or isinstance(x, str):
+        return x
     try:
         value = float(x)
     except (TypeError, ValueError):
@@ -223,7 +226,8 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
 
     The block's title gives the count and the tightest margin; it lists every check, then ``extra`` (a
     provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a list of
-    them). The entries are stored at full precision under :data:`LEDGER_MIME` for :func:`read_ledger`.
+    them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
+    :func:`read_ledger`.
     Raises ``RuntimeError`` when no check ran: a chapter that calls it has claims to show.
     """
     if not _LEDGER:
@@ -246,7 +250,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
         print(text)
         return
     payload = {"checks": [{k: v for k, v in asdict(e).items() if k != "chapter"} for e in entries]}
-    display({"text/plain": text, "text/html": page, LEDGER_MIME: payload}, raw=True)
+    display({"text/plain": text, "text/html": page}, metadata={LEDGER_KEY: payload}, raw=True)
 
 
 # The line a check printed before ledger() existed; still read from notebooks stored then.
@@ -254,12 +258,19 @@ _LEDGER_LINE = re.compile(r"^(holds|FAILS): (?P<claim>.+) \| (?P<detail>.+) \| m
 _DETAIL = re.compile(r"^(?P<value>\S+) (?P<op>[≤≥<>=]|==|vs) (?P<threshold>\S+)")
 
 
+def _read(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def _from_line(chapter: str, line: str) -> LedgerEntry | None:
     m = _LEDGER_LINE.match(line)
     if not m:
         return None
     parts = _DETAIL.match(m["detail"])
-    value, op, threshold = (_number(parts["value"]), parts["op"], _number(parts["threshold"])) if parts else \
+    value, op, threshold = (_read(parts["value"]), parts["op"], _read(parts["threshold"])) if parts else \
         (None, "", None)
     return LedgerEntry(chapter, m["claim"], m["detail"], float(m["margin"]), value, op, threshold)
 
@@ -274,9 +285,8 @@ def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
         chapter = Path(path).stem
         for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
             for out in cell.get("outputs", []):
-                stored = out.get("data", {}).get(LEDGER_MIME)
+                stored = out.get("metadata", {}).get(LEDGER_KEY)
                 if stored is not None:
-                    stored = json.loads(stored) if isinstance(stored, str) else stored
                     entries += [LedgerEntry(chapter, **e) for e in stored["checks"]]
                 elif out.get("output_type") == "stream" and out.get("name") == "stdout":
                     text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])

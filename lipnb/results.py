@@ -41,6 +41,7 @@ __all__ = [
     "cached_table",
     "code_version",
     "progress",
+    "progress_bar",
 ]
 
 T = TypeVar("T")

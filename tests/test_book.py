@@ -201,3 +201,14 @@ def test_no_page_names_the_work_tracker() -> None:
     assert not found, "pages that name the work tracker:\n  " + "\n  ".join(found)
     assert TRACKER.search("the tenfold the issue asked") and TRACKER.search("see #32")
     assert not TRACKER.search("an issue of the journal") and not TRACKER.search("&#32;")
+
+
+def test_the_readme_chapter_map_matches_the_toc() -> None:
+    """README's chapter map is the one _toc.yml and the chapters' titles give (`python _ext/chapter_map.py`)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from chapter_map import readme_with_map
+
+    readme = (ROOT / "README.md").read_text()
+    assert readme == readme_with_map(readme), "README's chapter map is stale: run `python _ext/chapter_map.py`"

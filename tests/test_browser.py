@@ -1,18 +1,18 @@
 """The built book as a reader meets it: every page opened in headless Chromium, through a local server.
 
 The HTML is built (or reused when newer than every source) with `jupyter-book build`, served on
-127.0.0.1 and opened page by page over the Chrome DevTools protocol. A page fails on a JavaScript
-error, a request that leaves localhost, a resource that does not load, a formula MathJax did not
-typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
-type ("Proposition" with no number or name), a Markdown table left as text, a wide formula, output
-or table cut at the column edge instead of scrolling (at 1280 px), a table printed as text wider than
-the column, a Markdown table wider than the column, or content clipped by a box that hides its overflow.
-Each of these checks is shown firing on a planted page. README and the introduction are checked against
-the Makefile (make targets, durations, pinned versions, paths). Figures are checked where they are
-drawn (``lipnb.report.show``: overprinted tick labels, an offset on a title, an empty legend entry).
-Screenshots of the
-landing page, chapter 4, results at a glance, the two papers' rates and the performance chapter are
-written to ``_build/screens``.
+127.0.0.1 and opened page by page over the Chrome DevTools protocol at 1280 px. A page fails on a
+JavaScript error, a request that leaves localhost, a resource that does not load, a formula MathJax did
+not typeset, a missing image, a broken internal link or anchor, a cross-reference that prints a bare block
+type ("Proposition" with no number or name), a Markdown table left as text, a directive or role shown as
+source text, a glued value printed as a quoted literal, a mention of the work tracker, five or more check
+lines printed in a row, a figure without a caption, a wide formula, output or table cut at the column
+edge, a table printed as text wider than the column, a Markdown table wider than the column, content
+clipped by a box that hides its overflow, or a page that scrolls sideways. Each of these checks is shown
+firing on a planted page. README and the introduction are checked against the Makefile (make targets,
+durations, pinned versions, paths). Figures are checked where they are drawn (``lipnb.report.show``: text
+too small for the page, overprinted labels within or between panels and colour bars, an offset on a title,
+an empty legend entry). A full-page screenshot of every page is written to ``_build/screens``.
 
 Chromium comes from Debian's ``chromium`` package (``make browser`` installs it); set ``CHROMIUM`` to
 use another binary. Without one the tests are skipped with that message.
@@ -375,11 +375,15 @@ def _broken_links(links: list[str], origin: str, site: Path) -> list[str]:
 
 
 def _screenshot(cdp: CDP, page: str) -> None:
-    """The whole page at 1280 px, top to bottom, in ``_build/screens/<page path with '-'>.png``."""
+    """The whole page at 1280 px, top to bottom, in ``_build/screens/<page path with '-'>.png``: the window is
+    made as tall as the page for the shot, then set back."""
     SCREENS.mkdir(parents=True, exist_ok=True)
-    size = cdp.send("Page.getLayoutMetrics")["cssContentSize"]
-    clip = {"x": 0, "y": 0, "width": 1280, "height": min(size["height"], SCREENSHOT_MAX_PX), "scale": 1}
-    shot = cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+    height = min(int(cdp.evaluate("document.documentElement.scrollHeight")), SCREENSHOT_MAX_PX)
+    cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=height, deviceScaleFactor=1, mobile=False)
+    try:
+        shot = cdp.send("Page.captureScreenshot", format="png")
+    finally:
+        cdp.send("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
     (SCREENS / f"{page.replace('/', '-')}.png").write_bytes(base64.b64decode(shot["data"]))
 
 
@@ -523,6 +527,13 @@ def test_prose_agrees_with_the_makefile() -> None:
     prose = {name: (ROOT / name).read_text() for name in PROSE_ABOUT_THE_BUILD}
     found = prose_disagreements((ROOT / "Makefile").read_text(), prose, ROOT)
     assert not found, "prose disagrees with the Makefile:\n  " + "\n  ".join(found)
+
+
+def test_the_readme_says_how_long_each_step_takes() -> None:
+    """The first install, the book and both test runs each have one measured duration in README.md."""
+    stated = {target for target, _, unit in _TIMING.findall((ROOT / "README.md").read_text()) if unit in _UNITS_S}
+    missing = {"install", "book", "test", "test-portable"} - stated
+    assert not missing, f"README.md gives no duration for: {sorted(missing)} (write `make X` takes about N s)"
 
 
 def test_the_makefile_check_finds_planted_disagreements() -> None:

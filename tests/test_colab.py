@@ -150,13 +150,12 @@ def _chapter_imports() -> set[str]:
 COLAB_HAS = ["torch==2.13.0", "ipython"]
 LOADS = """
 import importlib, json, sys
-import lipnb
-from lipnb.loading import HUB_MODELS, MODEL_NAMES
+from lipnb.loading import HUB_MODELS, MODEL_NAMES, load
 for module in json.loads(sys.argv[1]):
     importlib.import_module(module)
 for name in MODEL_NAMES:
     if name not in HUB_MODELS:
-        model, tokenizer = lipnb.load(name)
+        model, tokenizer = load(name)
         print("loaded", name, type(model).__name__, flush=True)
 """
 
