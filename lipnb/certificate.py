@@ -39,6 +39,7 @@ __all__ = [
     "saturated_attention",
     "settings",
     "spectrum",
+    "starts",
 ]
 
 Map = Callable[[Tensor], Tensor]
@@ -208,16 +209,16 @@ def problem_suite(count: int, seed: int = 0) -> Iterator[Problem]:
 
 
 def settings(problem: Problem, delta: float | None = None) -> list[dict[str, object]]:
-    """Every combination of accuracy (``tol`` or ``rtol``), ``start``, ``method`` and (closed forms)
-    ``presolve``; with ``delta``, Lanczos from random starts also asks the interval (``confidence=delta``)."""
+    """Every combination of accuracy (``tol`` or ``rtol``), ``start`` (those :func:`starts` offers), ``method`` and
+    (closed forms) ``presolve``; with ``delta``, random starts without presolve also ask ``confidence=delta``."""
     out = []
     accuracies = [{"tol": 1e-6}, {"tol": 1e-10}, {"rtol": 1e-4}, {"rtol": 1e-8}]
     for method in ("lanczos", "power"):
         for accuracy in accuracies:
-            for start in ("random", "shared"):
+            for start in starts():
                 for presolve in ((None, "auto") if problem.closed_form else (None,)):
                     call = {"method": method, **accuracy, "start": start, "presolve": presolve, "max_iter": MAX_ITER}
-                    if delta is not None and method == "lanczos" and start == "random":
+                    if delta is not None and start == "random" and presolve is None:
                         call["confidence"] = delta
                     out.append(call)
     return out
@@ -247,9 +248,10 @@ def map_rounding(problem: Problem) -> Tensor:
     return torch.linalg.matrix_norm(J - J64, ord=2) / problem.singular[:, 0]
 
 
-def supports_confidence() -> bool:
-    """Whether this ``local_lipschitz`` offers the probabilistic interval (``confidence=``)."""
-    return "confidence" in inspect.signature(local_lipschitz).parameters
+def starts() -> tuple[str, ...]:
+    """The starting vectors this ``local_lipschitz`` offers (its ``start`` annotation): ``"random"``, ``"shared"``."""
+    annotation = str(inspect.signature(local_lipschitz).parameters["start"].annotation)
+    return tuple(name for name in ("random", "shared") if name in annotation)
 
 
 def _run(problem: Problem, call: dict[str, object], seed: int, rounding: Tensor) -> dict[str, list]:
@@ -261,8 +263,7 @@ def _run(problem: Problem, call: dict[str, object], seed: int, rounding: Tensor)
         r = local_lipschitz(problem.fn, problem.X, seed=seed, detailed=True, **call)
         value, error = r.value.double(), r.error.double()
         converged, iterations = r.converged, r.iterations + r.presolve_iterations
-        upper = getattr(r, "upper", None)
-        upper = torch.full((B,), math.nan, dtype=torch.float64) if upper is None else upper.double()
+        upper = torch.full((B,), math.nan, dtype=torch.float64) if r.upper is None else r.upper.double()
     except (RuntimeError, ValueError, ArithmeticError, torch.linalg.LinAlgError) as err:
         raised = type(err).__name__
         value = error = upper = torch.full((B,), math.nan, dtype=torch.float64)
@@ -281,9 +282,7 @@ def _run(problem: Problem, call: dict[str, object], seed: int, rounding: Tensor)
 
 def certificate_audit(count: int = 1024, *, seed: int = 0, delta: float | None = 0.1) -> ResultTable:
     """The certificate of ``local_lipschitz`` against dense float64 truth: one row per input of
-    :func:`problem_suite` and per call of :func:`settings` (``delta`` only where ``confidence`` exists).
-    A cached table; :func:`certificate_counts` reads it."""
-    delta = delta if supports_confidence() else None
+    :func:`problem_suite` and per call of :func:`settings`. A cached table; :func:`certificate_counts` reads it."""
     params = {"count": count, "seed": seed, "delta": delta}
 
     def compute() -> dict[str, list]:
@@ -343,7 +342,8 @@ def certificate_flags(table: ResultTable) -> dict[str, Tensor]:
 @dataclass(frozen=True)
 class CertificateCounts:
     """The counts of :func:`certificate_flags` over an audit: ``inputs`` distinct inputs, ``rows`` calls ×
-    inputs; ``worst_cluster_ratio`` the largest premise miss over its cluster width (``≤ 1``: within it)."""
+    inputs; ``worst_cluster_ratio`` the largest premise miss over its cluster's width plus ``error`` (``≤ 1``:
+    within it)."""
 
     inputs: int
     rows: int
@@ -364,7 +364,8 @@ def certificate_counts(table: ResultTable) -> CertificateCounts:
     """Count :func:`certificate_flags` over the audit ``table`` (the numbers the certificate chapter prints)."""
     flags = certificate_flags(table)
     premise = flags["premise"]
-    ratio = flags["miss"][premise] / table["width"][premise].clamp_min(torch.finfo(torch.float64).tiny)
+    allowed = (table["width"] + table["error"])[premise].clamp_min(torch.finfo(torch.float64).tiny)
+    ratio = flags["miss"][premise] / allowed
     delta = table["delta"]
     return CertificateCounts(
         inputs=int(table.frame["input"].nunique()), rows=len(table), raised=int((~flags["ran"]).sum()),
