@@ -217,10 +217,12 @@ def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
 
 def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
     """``fn``'s linearization at ``X.double()`` when ``fn`` runs in float64 there (its output is float64), else
-    ``None``: a closed form casts its parameters (exactly) to float64, an autograd map is tried as is."""
+    ``None``. A map with a ``float64_map()`` method (:class:`lipnb.models.LayerMap`) names the map to use;
+    a closed form casts its parameters (exactly) to float64; an autograd map is tried as is."""
+    wide = getattr(fn, "float64_map", None)
     try:
-        lin = linearize(fn, X.double())
-    except (RuntimeError, TypeError):       # e.g. a module with float32 weights refuses float64 inputs
+        lin = linearize(wide() if callable(wide) else fn, X.double())
+    except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
         return None
     return lin if lin.output.dtype == torch.float64 else None
 
