@@ -77,7 +77,7 @@ class NormalOperator:
         self.scale = scale
 
     def _set_scale(self, Ju: Tensor) -> None:
-        size = Ju.flatten(1).abs().amax(1).double()          # the largest entry: its square neither under- nor overflows
+        size = Ju.flatten(1).abs().amax(1).double()        # the largest entry: its square cannot under- or overflow
         exponent = torch.where(size > 0, -torch.log2(size.clamp_min(_TINY)).round(), torch.zeros_like(size))
         self.scale = torch.ones(self.total, dtype=torch.float64, device=Ju.device)
         self.scale[self.origin] = torch.exp2(exponent.clamp(-1000, 1000))

@@ -159,6 +159,8 @@ DEFAULT_RTOL = 1e-4
 # A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
 # to this many units in the last place of θ (a premise, stated in local_lipschitz).
 FLOAT32_ULPS = 64
+# Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
+FLOAT64_ULPS = 64
 
 
 def _shrink_ratio(lin: object) -> float:
@@ -217,10 +219,12 @@ def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
 
 def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
     """``fn``'s linearization at ``X.double()`` when ``fn`` runs in float64 there (its output is float64), else
-    ``None``: a closed form casts its parameters (exactly) to float64, an autograd map is tried as is."""
+    ``None``. A map with a ``float64_map()`` method (:class:`lipnb.models.LayerMap`) names the map to use;
+    a closed form casts its parameters (exactly) to float64; an autograd map is tried as is."""
+    wide = getattr(fn, "float64_map", None)
     try:
-        lin = linearize(fn, X.double())
-    except (RuntimeError, TypeError):       # e.g. a module with float32 weights refuses float64 inputs
+        lin = linearize(wide() if callable(wide) else fn, X.double())
+    except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
         return None
     return lin if lin.output.dtype == torch.float64 else None
 
@@ -231,14 +235,14 @@ def _certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearizatio
     for a float32 run when ``lin64`` is given, else the solver's own (a float32-only map's ``error`` gains
     ``FLOAT32_ULPS`` units in the last place of float32)."""
     if dtype == torch.float64 or lin64 is None:
-        rounding = 0.0 if dtype == torch.float64 else FLOAT32_ULPS * torch.finfo(torch.float32).eps
+        rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
         return outcome.theta, outcome.residual, outcome.error + rounding
     u = normalize(outcome.vector.double())
     c = normal.scale.view(-1, *([1] * (u.dim() - 1)))
     Mu = lin64.vjp(lin64.jvp(u).mul_(c)).mul_(c)
     theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
     absolute = norms(Mu - theta.view_as(c) * u)
-    error = value_error(theta, absolute, 64 * torch.finfo(torch.float64).eps)
+    error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
     return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 
 
@@ -345,14 +349,19 @@ def local_lipschitz(
     u0 = normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
     solver = lanczos if method == "lanczos" else power_iteration
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
-    chunk = _chunk_size(fn, X, vectors)
+    try:
+        chunk = _chunk_size(fn, X, vectors)
+    except ValueError as error:
+        raise ValueError(f"fn depends on the batch it is given (it fails on the first input alone: {error}); "
+                         "local_lipschitz needs a map that acts on each input alone") from error
     parts: list[tuple[Tensor, ...]] = []
     begin, checked = 0, False
     while begin < len(X):
         stop = min(begin + chunk, len(X))
         try:
-            if not checked:
-                Y = check_map(fn, X[begin:stop], mixing=not isinstance(fn, Linearizable))
+            if not checked:     # a closed form acts on each input alone: its first input is enough to check
+                closed = isinstance(fn, Linearizable)
+                Y = check_map(fn, X[begin:begin + 1] if closed else X[begin:stop], mixing=not closed)
             lin = linearize(fn, X[begin:stop])
             if lin.output.dtype not in CERTIFIED:
                 raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
@@ -360,10 +369,11 @@ def local_lipschitz(
                                 "low-precision first run is what presolve is for)")
             lin64 = _float64_linearization(fn, X[begin:stop]) if lin.output.dtype == torch.float32 else None
             if not checked:
-                scatter = 0.0 if lin64 is None else relative_change(lin64.output, lin.output)
-                check_same_map(lin.output, Y, "the linearization's output", scatter)
+                rows = len(Y)
+                scatter = 0.0 if lin64 is None else relative_change(lin64.output[:rows], lin.output[:rows])
+                check_same_map(lin.output[:rows], Y, "the linearization's output", scatter)
                 if lin64 is not None:
-                    check_same_map(lin64.output, Y, "the float64 linearization's output", scatter)
+                    check_same_map(lin64.output[:rows], Y, "the float64 linearization's output", scatter)
                 checked, Y = True, None
             u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
             if low is not None:
