@@ -238,10 +238,9 @@ def _certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearizatio
         rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
         return outcome.theta, outcome.residual, outcome.error + rounding
     u = normalize(outcome.vector.double())
-    c = normal.scale.view(-1, *([1] * (u.dim() - 1)))
-    Mu = lin64.vjp(lin64.jvp(u).mul_(c)).mul_(c)
+    Mu = NormalOperator(lin64, 0.0, normal.scale)(u)
     theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
-    absolute = norms(Mu - theta.view_as(c) * u)
+    absolute = norms(Mu - theta.view(-1, *([1] * (u.dim() - 1))) * u)
     error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
     return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 

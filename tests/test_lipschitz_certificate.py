@@ -300,6 +300,7 @@ def test_truncated_closed_form_is_the_map_it_evaluates(scale: float) -> None:
     res = local_lipschitz(fn, X, detailed=True)
     near, top = nearest_and_top(fn, X, res.value)
     assert bool((near <= res.error).all())
+    assert bool((top[near == top] <= res.error[near == top]).all())
 
 
 # --------------------------------------------------------------------------- no side effects
