@@ -99,7 +99,7 @@ class NormalOperator:
         if not full:
             c = torch.zeros(self.size, dtype=self.dtype, device=u.device).index_copy_(0, self.rows, c)
         view = (-1, *([1] * (Ju.dim() - 1)))
-        out = self.lin.vjp(Ju.mul_(c.view(view)))
+        out = self.lin.vjp(Ju * c.view(view))           # not in place: a jvp may return its argument (identity)
         out = out.mul_(c.view(-1, *([1] * (out.dim() - 1))))
         return (out if full else out[self.rows]).to(u.dtype)
 

@@ -298,7 +298,8 @@ def local_lipschitz(
     """Lemma 3.1 / App. E.1: ``||D_{X_b} fn||_2`` for every ``b`` of a ``(B, n, d)`` batch, matrix-free.
 
     ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately and
-    deterministically (checked: two evaluations, a moved input, the first input alone); a
+    deterministically (checked on the first chunk, :func:`lipnb.map_checks.check_map`: two evaluations, and for
+    an autograd map a moved input and the first input alone; a sub-batch re-linearized is checked too); a
     :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.jacobian.MultiHeadMap`) brings its closed-form
     Jacobian products (its output is checked against ``fn(X)``), any other is differentiated by autograd.
     ``method`` is ``"lanczos"`` (default) or the paper's ``"power"`` iteration, both on ``JᵀJ`` (rescaled by a
