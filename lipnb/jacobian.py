@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .attention import MultiHead, attention_matrix, log_weights, mask_future, multihead_attention, scores
+from .attention import MultiHead, attention_matrix, log_weights, mask_future, scores
 from .checks import check_float, check_tokens
 
 __all__ = [
@@ -359,12 +359,14 @@ class AttentionLinearization:
 class MultiHeadMap:
     """Multi-head attention (Def 2.2, masked: Def 2.5) as a callable map that knows its Jacobian.
 
-    ``MultiHeadMap(heads, masked)(X)`` is ``multihead_attention(X, heads, masked=masked)`` with the
-    parameters cast to ``X``'s dtype and device; ``linearize(X)`` returns the closed-form
-    :class:`AttentionLinearization` (Lemma C.2), which :func:`lipnb.local_lipschitz` uses instead of
-    generic automatic differentiation. Each ``A_h`` is factored once (float64 SVD, truncated at its
-    numerical rank ``rtol * σ_max``, default ``d * eps`` of the parameters' dtype), so the products
-    cost ``O(n d H r + n² H r)`` with ``r = rank A_h`` (``k`` for a real layer).
+    Each ``A_h`` is factored once (float64 SVD, truncated at its numerical rank ``rtol * σ_max``, default
+    ``d * eps`` of the parameters' dtype: for float32 parameters the float32 rounding of ``A_h = K_hᵀ Q_h`` is
+    dropped), so the products cost ``O(n d H r + n² H r)`` with ``r = rank A_h`` (``k`` for a real layer
+    instead of ``d``). ``MultiHeadMap(heads, masked)(X)`` is the map of these factors,
+    ``multihead_attention(X, heads, masked=masked)`` up to the truncation, in ``X``'s dtype and device, so
+    the closed-form :class:`AttentionLinearization` (Lemma C.2) of ``linearize(X)``, which
+    :func:`lipnb.local_lipschitz` uses instead of automatic differentiation, is the Jacobian of the map
+    called (and of its float64 evaluation, ``exact_local_lipschitz``'s ground truth).
     """
 
     heads: MultiHead
@@ -373,16 +375,15 @@ class MultiHeadMap:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_factors", _factor_heads(self.heads, self.rtol))
-        object.__setattr__(self, "_cast", {})
 
-    def _heads_like(self, X: Tensor) -> MultiHead:
-        key = (X.dtype, X.device)
-        if key not in self._cast:
-            self._cast[key] = self.heads.to(dtype=X.dtype, device=X.device)
-        return self._cast[key]
+    def _check(self, X: Tensor) -> None:
+        check_tokens(X)
+        if X.shape[-1] != self.heads.A.shape[-1]:
+            raise ValueError(f"tokens have d = {X.shape[-1]} but the heads expect d = {self.heads.A.shape[-1]}")
 
     def __call__(self, X: Tensor) -> Tensor:
-        return multihead_attention(X, self._heads_like(X), masked=self.masked)
+        self._check(X)
+        return AttentionLinearization.at(self._factors, X, self.masked).output
 
     def flops(self, n: int) -> dict[str, int]:
         """Matrix-product FLOPs per input of length ``n``: the ``linearize`` forward pass and one ``JᵀJ`` product.
@@ -401,8 +402,6 @@ class MultiHeadMap:
 
     def linearize(self, X: Tensor) -> AttentionLinearization:
         """Lemma C.2 at the batch ``X``: reusable closed-form ``jvp`` and ``vjp`` (no autograd)."""
-        check_tokens(X)
-        if X.shape[-1] != self.heads.A.shape[-1]:
-            raise ValueError(f"tokens have d = {X.shape[-1]} but the heads expect d = {self.heads.A.shape[-1]}")
+        self._check(X)
         with torch.no_grad():
             return AttentionLinearization.at(self._factors, X.detach(), self.masked)

@@ -7,6 +7,7 @@ linearizations and calls these solvers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -18,6 +19,7 @@ __all__ = [
     "Linearized",
     "NormalOperator",
     "batched_dot",
+    "failure_epsilon",
     "fill_holes",
     "lanczos",
     "normalize",
@@ -55,34 +57,55 @@ def normalize(v: Tensor) -> Tensor:
 
 
 class NormalOperator:
-    """``u -> JᵀJ u`` on the still-active inputs of a chunk, each a row of ``u``.
+    """``u -> c² JᵀJ u`` on the still-active inputs of a chunk (rows of ``u``), ``c`` a power of two per input.
 
-    Rows of finished inputs are dropped with :meth:`keep`; the linearization itself is shrunk (``select``)
-    once at most ``shrink_ratio`` of its batch is still active (1 for a cheap closed-form ``select``, 0.5
-    for one that re-linearizes, 0 for none); until then finished inputs get zero vectors, which change
-    nothing.
+    ``c`` (:attr:`scale`, by the chunk's original rows) is set at the first product so that ``c ||J u||`` is
+    about 1: ``JᵀJ`` of a Jacobian of norm ``1e-23`` (float32) or ``1e-200`` (float64) neither underflows
+    nor overflows, and powers of two change no digit. Rows of finished inputs are dropped with
+    :meth:`keep`; the linearization itself is shrunk (``select``) once at most ``shrink_ratio`` of its batch
+    is still active (1 for a cheap closed-form ``select``, 0.5 for one that re-linearizes, 0 for none);
+    until then finished inputs get zero vectors, which change nothing.
     """
 
-    def __init__(self, lin: Linearized, shrink_ratio: float) -> None:
+    def __init__(self, lin: Linearized, shrink_ratio: float, scale: Tensor | None = None) -> None:
         self.lin = lin
         self.dtype = lin.output.dtype
         self.rows = torch.arange(len(lin.output), device=lin.output.device)
+        self.origin, self.total = self.rows.clone(), len(self.rows)
         self.size = len(self.rows)
         self.ratio = shrink_ratio
+        self.scale = scale
+
+    def _set_scale(self, Ju: Tensor) -> None:
+        size = Ju.flatten(1).abs().amax(1).double()        # the largest entry: its square cannot under- or overflow
+        exponent = torch.where(size > 0, -torch.log2(size.clamp_min(_TINY)).round(), torch.zeros_like(size))
+        self.scale = torch.ones(self.total, dtype=torch.float64, device=Ju.device)
+        self.scale[self.origin] = torch.exp2(exponent.clamp(-1000, 1000))
 
     def __call__(self, u: Tensor) -> Tensor:
-        """``JᵀJ u`` in the linearization's dtype, returned in ``u``'s. A strided ``u`` (a row of the Lanczos
+        """``c² JᵀJ u`` in the linearization's dtype, returned in ``u``'s. A strided ``u`` (a row of the Lanczos
         basis) is made contiguous first: matrix products fold a contiguous ``(B, n, d)`` into one large
         matrix product and a strided one into a batched product, which cost more than the copy here."""
-        if len(self.rows) == self.size:
-            return self.lin.vjp(self.lin.jvp(u.to(self.dtype).contiguous())).to(u.dtype)
-        full = u.new_zeros(self.size, *u.shape[1:], dtype=self.dtype)
-        full[self.rows] = u.to(self.dtype)
-        return self.lin.vjp(self.lin.jvp(full))[self.rows].to(u.dtype)
+        full = len(self.rows) == self.size
+        if full:
+            x = u.to(self.dtype).contiguous()
+        else:
+            x = u.new_zeros(self.size, *u.shape[1:], dtype=self.dtype)
+            x[self.rows] = u.to(self.dtype)
+        Ju = self.lin.jvp(x)
+        if self.scale is None:
+            self._set_scale(Ju if full else Ju[self.rows])
+        c = self.scale[self.origin].to(self.dtype)
+        if not full:
+            c = torch.zeros(self.size, dtype=self.dtype, device=u.device).index_copy_(0, self.rows, c)
+        view = (-1, *([1] * (Ju.dim() - 1)))
+        out = self.lin.vjp(Ju * c.view(view))           # not in place: a jvp may return its argument (identity)
+        out = out.mul_(c.view(-1, *([1] * (out.dim() - 1))))
+        return (out if full else out[self.rows]).to(u.dtype)
 
     def keep(self, rows: Tensor) -> None:
         """Keep the active rows ``rows`` (a mask, or positions in the new order)."""
-        self.rows = self.rows[rows]
+        self.rows, self.origin = self.rows[rows], self.origin[rows]
         if 0 < len(self.rows) <= self.ratio * self.size:
             self.lin = self.lin.select(self.rows)
             self.rows = torch.arange(len(self.rows), device=self.rows.device)
@@ -91,7 +114,8 @@ class NormalOperator:
 
 @dataclass
 class KrylovOutcome:
-    """Per-input results of one chunk, filled in as inputs finish."""
+    """Per-input results of one chunk, filled in as inputs finish: ``theta`` is the top Ritz value of the rescaled
+    ``c² JᵀJ`` (:class:`NormalOperator`), ``scale`` its ``c``, so ``sigma = √θ / c`` estimates ``||J||₂``."""
 
     theta: Tensor
     iterations: Tensor
@@ -99,6 +123,11 @@ class KrylovOutcome:
     residual: Tensor
     error: Tensor
     vector: Tensor
+    scale: Tensor | None = None
+
+    @property
+    def sigma(self) -> Tensor:
+        return self.theta.clamp_min(0).sqrt() / self.scale
 
     @classmethod
     def empty(cls, u: Tensor) -> KrylovOutcome:
@@ -119,41 +148,52 @@ class KrylovOutcome:
 
 
 _TINY = torch.finfo(torch.float64).tiny
-# The second Ritz pair bounds the rest of the spectrum (Kato-Temple) only from the third Lanczos step on and
-# once its own residual is below 2% of the gap between the top two Ritz values. Looser trust pays on easy
-# problems but certifies wrong values on small random ones (tests/test_lipschitz.py); see value_error.
-GAP_TRUST = 0.02
-MIN_GAP_STEPS = 3
+# Kuczyński & Woźniakowski (1992), Theorems 4.1-4.2: worst case over spectra of the probability that k products
+# from a start uniform on the unit sphere of R^N leave the estimate more than ε (relative) below λ₁.
+KW_LANCZOS, KW_POWER = 1.648, 0.824
 
 
-def value_error(theta: Tensor, residual: Tensor, below: Tensor | None = None, rounding: float = 0.0) -> Tensor:
-    """A bound on the relative error of ``σ = √θ`` as an estimate of ``√λ₁``, from the top Ritz pair's
-    absolute residual ``r = ||Mu - θu||`` (all ``(B,)``, float64).
+def value_error(theta: Tensor, residual: Tensor, rounding: float = 0.0) -> Tensor:
+    """Relative distance from ``√θ`` to the nearest singular value, from the Ritz pair's absolute residual ``r``.
 
-    ``θ ≤ λ₁`` (Rayleigh) and an eigenvalue lies within ``r`` of ``θ``, so ``λ₁ - θ ≤ r``. When ``below``
-    bounds the other eigenvalues from above and ``below < θ``, the Kato-Temple inequality sharpens this to
-    ``λ₁ - θ ≤ r² / (θ - below)``. Then ``√(λ₁/θ) - 1 ≤ (λ₁ - θ) / (2θ)``. Both premises are those of any
-    Krylov certificate: the eigenvalue found near ``θ`` is the top one, and none was missed above ``below``.
-    ``rounding`` (relative) is added for the arithmetic: the solvers pass 16 units in the last place of
-    their vectors' dtype, the level at which float32 values scatter around the float64 ones.
+    Some eigenvalue ``λ`` of the symmetric ``JᵀJ`` lies within ``r = ||JᵀJu - θu||`` of ``θ`` (no premise), so
+    ``|√λ - √θ| / √θ ≤ 1 - √(max(1 - r/θ, 0))`` (1 when ``r ≥ θ``). If that ``λ`` is ``λ₁`` (nothing above it
+    was missed: the one premise no Krylov method checks) this bounds ``| ||J||₂ / √θ - 1 |``. ``rounding``
+    (relative) is added for the arithmetic that computed ``θ`` and ``r``. All ``(B,)``, float64.
     """
-    gap_bound = residual.clone()
-    if below is not None:
-        gap = theta - below
-        quadratic = residual.square() / gap.clamp_min(_TINY)
-        gap_bound = torch.where(gap > 0, torch.minimum(gap_bound, quadratic), gap_bound)
-    return gap_bound / (2 * theta.clamp_min(_TINY)) + rounding
+    ratio = residual / theta.clamp_min(_TINY)
+    bound = 1 - (1 - ratio).clamp_min(0).sqrt()
+    bound = torch.where(residual <= 0, torch.zeros_like(bound), torch.where(theta > 0, bound, torch.ones_like(bound)))
+    return bound + rounding
 
 
-def _stops(res: Tensor, error: Tensor, tol: float, rtol: float | None) -> Tensor:
-    """Each input's test: relative residual at most ``tol``, or (with ``rtol``) value error at most ``rtol``."""
-    return (res <= tol) if rtol is None else (res <= tol) | (error <= rtol)
+def failure_epsilon(delta: float, N: int, k: Tensor | int, method: str = "lanczos") -> Tensor:
+    """Kuczyński & Woźniakowski (1992): the ``ε`` with ``P(θ_k < (1 - ε) λ₁) ≤ δ`` after ``k`` products.
+
+    From a start uniform on the unit sphere of ``R^N``, worst case over symmetric positive semi-definite
+    matrices: Lanczos ``P ≤ 1.648 √N e^{-√ε (2k - 1)}``, power ``P ≤ 0.824 √N (1 - ε)^{k - 1/2}``; solved
+    for ``ε`` at ``P = δ`` (clamped to ``[0, 1]``; ``1`` claims nothing). ``k`` counts the products whose
+    Krylov space the estimate ``θ_k`` is the best (Lanczos) or last (power) Rayleigh quotient of.
+    """
+    k = torch.as_tensor(k, dtype=torch.float64)
+    if method == "lanczos":
+        root = math.log(KW_LANCZOS * math.sqrt(N) / delta) / (2 * k - 1).clamp_min(1)
+        eps = root.clamp_min(0).square()
+    else:
+        log_keep = math.log(delta / (KW_POWER * math.sqrt(N))) / (k - 0.5).clamp_min(0.5)
+        eps = 1 - log_keep.clamp_max(0).exp()
+    return torch.where(k >= 1, eps, torch.ones_like(eps)).clamp(0, 1)
 
 
-def power_iteration(normal: NormalOperator, u: Tensor, tol: float, max_iter: int,
+def _stops(res: Tensor, error: Tensor, tol: float | None, rtol: float | None) -> Tensor:
+    """Each input's test: relative residual at most ``tol`` (when given), else value error at most ``rtol``."""
+    return (res <= tol) if tol is not None else (error <= rtol)
+
+
+def power_iteration(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
                     rtol: float | None = None) -> KrylovOutcome:
-    """App. E.1: ``u <- JᵀJ u / ||JᵀJ u||``, each input stopped when its residual is below ``tol`` or (with
-    ``rtol``) when the residual bounds the value's relative error by ``rtol`` (:func:`value_error`, no gap)."""
+    """App. E.1: ``u <- JᵀJ u / ||JᵀJ u||``, each input stopped when its relative residual is at most ``tol``
+    (when given) or else when :func:`value_error` is at most ``rtol``."""
     out = KrylovOutcome.empty(u)
     index = torch.arange(len(u), device=u.device)
     for it in range(1, max_iter + 1):
@@ -172,6 +212,7 @@ def power_iteration(normal: NormalOperator, u: Tensor, tol: float, max_iter: int
             index, u, Mu = index[keep], u[keep], Mu[keep]
             normal.keep(keep)
         u = normalize(Mu)
+    out.scale = normal.scale
     return out
 
 
@@ -187,14 +228,14 @@ def fill_holes(keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return perm, holes, movers
 
 
-def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: float | None = None) -> KrylovOutcome:
+def lanczos(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
+            rtol: float | None = None) -> KrylovOutcome:
     """Lanczos on ``JᵀJ`` with full reorthogonalisation, batched; stops each input on its own.
 
     The top Ritz value ``θ`` never exceeds ``||J||²``; an input stops when the residual of its top
-    Ritz pair, ``β_k |s_k|``, is at most ``tol θ``, when its Krylov space is invariant, or (with ``rtol``)
-    when :func:`value_error` bounds the relative error of ``√θ`` by ``rtol``, the other eigenvalues
-    being bounded by the second Ritz value plus its own residual (Kato-Temple). Finished inputs leave
-    the batch, so later steps only pay for the active ones.
+    Ritz pair, ``β_k |s_k|``, is at most ``tol θ`` (when ``tol`` is given) or else when :func:`value_error`
+    is at most ``rtol``, or when its Krylov space is invariant. Finished inputs leave the batch, so later
+    steps only pay for the active ones.
     """
     out = KrylovOutcome.empty(u)
     shape = u.shape[1:]
@@ -229,13 +270,9 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
             + torch.diag_embed(beta[:, :k], -1)
         evals, evecs = torch.linalg.eigh(T)
         th, s = evals[:, -1], evecs[:, :, -1]
-        ritz_residuals = beta[:, k : k + 1] * evecs[:, -1].abs()          # ||M y_i - θ_i y_i||, each pair
-        res = ritz_residuals[:, -1] / th.clamp_min(_TINY)
-        below = None
-        if k >= MIN_GAP_STEPS - 1:
-            settled = ritz_residuals[:, -2] <= GAP_TRUST * (th - evals[:, -2])
-            below = torch.where(settled, evals[:, -2] + ritz_residuals[:, -2], th)
-        error = value_error(th, ritz_residuals[:, -1], below, 16 * eps)
+        absolute = beta[:, k] * s[:, -1].abs()                        # ||M y - θ y|| of the top Ritz pair
+        res = absolute / th.clamp_min(_TINY)
+        error = value_error(th, absolute, 16 * eps)
         invariant = beta[:, k] <= 1e3 * eps * th.clamp_min(0)
         converged = _stops(res, error, tol, rtol) | invariant | (th <= 0)
         stop = converged | (k + 1 == m)
@@ -264,4 +301,5 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float, max_iter: int, rtol: 
             grown[:, : k + 1] = basis
             basis = grown
         torch.div(w, b.clamp_min(torch.finfo(w.dtype).tiny).unsqueeze(1), out=basis[:, k + 1])
+    out.scale = normal.scale
     return out

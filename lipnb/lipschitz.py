@@ -23,8 +23,18 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from . import memory
 from .attention import log_weights
-from .checks import all_finite, check_positive_int, check_tokens
-from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, power_iteration
+from .checks import check_positive_int, check_tokens
+from .krylov import (
+    KrylovOutcome,
+    NormalOperator,
+    failure_epsilon,
+    lanczos,
+    normalize,
+    norms,
+    power_iteration,
+    value_error,
+)
+from .map_checks import check_map, check_output, check_same_map, relative_change
 
 __all__ = [
     "Linearizable",
@@ -47,16 +57,20 @@ class NotConvergedWarning(UserWarning):
 
 @dataclass(frozen=True)
 class LipschitzResult:
-    """Per-input estimates of ``||D_X f||_2`` with what is needed to trust them.
+    """Per-input estimates of ``||D_X f||_2`` with what is needed to trust them (all ``(B,)`` but the vectors).
 
-    ``value``, ``iterations``, ``converged``, ``residual`` and ``error`` have shape ``(B,)``; ``iterations``
-    counts applications of ``JᵀJ`` (one JVP and one VJP each); ``residual`` is
-    ``||JᵀJ u - θ u|| / θ`` for the final estimate ``θ = value²`` and unit vector ``u``; ``error`` bounds
-    ``||D_X f||_2 / value - 1`` (:func:`lipnb.krylov.value_error`: ``residual / 2``, or its Kato-Temple
-    sharpening by the gap for Lanczos);
-    ``right_vector`` (``(B, n, d)``) is the unit input direction of fastest change and
-    ``left_vector`` (``(B, n, d_out)``) the unit output direction it is sent to;
-    ``presolve_iterations`` counts the products of the low-precision first run (zero without one).
+    ``value`` is ``√θ``, ``θ`` the Rayleigh quotient of ``JᵀJ`` at ``right_vector`` ``u`` (``(B, n, d)``, unit):
+    a lower bound on ``||D_X f||_2`` up to rounding. ``residual`` is ``||JᵀJu - θu|| / θ`` (float64, recomputed
+    with a float64 product for a float32 run where ``fn`` runs in float64). ``error`` bounds, with no premise,
+    the relative distance ``|σ - value| / value`` from ``value`` to the nearest singular value ``σ`` of
+    ``D_X f`` (:func:`lipnb.krylov.value_error`, plus rounding); under the one premise that this singular value
+    is the largest (no Krylov method can check that nothing above was missed) it bounds
+    ``| ||D_X f||_2 / value - 1 |``. ``converged``: the stopping test (``tol`` or ``rtol``) held on these
+    recomputed numbers. ``iterations`` counts full-precision applications of ``JᵀJ`` (one JVP and one VJP each),
+    ``presolve_iterations`` those of the low-precision first run (zero without one); ``left_vector``
+    (``(B, n, d_out)``) is the unit output direction ``J u / ||J u||``. ``upper`` (only with ``confidence=δ``,
+    else ``None``): ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start,
+    no other premise (Kuczyński & Woźniakowski, 1992); ``inf`` where too few products were made to claim anything.
     """
 
     value: Tensor
@@ -68,6 +82,7 @@ class LipschitzResult:
     method: str
     presolve_iterations: Tensor
     error: Tensor
+    upper: Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -95,15 +110,6 @@ class Linearizable(Protocol):
     def linearize(self, X: Tensor) -> Linearization: ...
 
 
-def _check_output(Y: object, X: Tensor) -> None:
-    if not isinstance(Y, Tensor) or Y.dim() != 3 or Y.shape[0] != X.shape[0]:
-        shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-        raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
-                         f" it returned {shape}")
-    if not all_finite(Y):
-        raise ValueError("fn returned NaN or inf at X: its local Lipschitz constant is undefined there")
-
-
 def linearize(fn: Map, X: Tensor) -> Linearization:
     """Record one forward pass of ``fn`` at ``X`` and return reusable JVP and VJP closures.
 
@@ -113,17 +119,19 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
     """
     if isinstance(fn, Linearizable):
         lin = fn.linearize(X)
-        _check_output(lin.output, X)
+        check_output(lin.output, X)
         return lin
 
     def select(index: Tensor) -> Linearization:
-        return linearize(fn, X[index])
+        sub = linearize(fn, X[index])
+        check_same_map(sub.output, Y.detach()[index], "fn re-linearized on a sub-batch (its output there)")
+        return sub
 
     Xg = X.detach().requires_grad_(True)
     # The fused attention kernels have no double backward: record the forward with the math kernel.
     with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
         Y = fn(Xg)
-        _check_output(Y, X)
+        check_output(Y, X)
         G = torch.zeros_like(Y, requires_grad=True)
         (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True, allow_unused=True) if Y.requires_grad \
             else (None,)
@@ -146,43 +154,13 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
-SHARED_TOL, SHARED_MAX_ITER, SHARED_MIX = 1e-2, 20, 0.3
-
-
-def _shared_start(lin: Linearization, u: Tensor, method: str, low: torch.dtype | None) -> Tensor:
-    """Starting vectors ``normalize(v + 0.3 u_b)``: ``v`` the top right singular vector of the chunk's first
-    input (residual ``1e-2``, at most 20 products on that input alone, in the presolve dtype if any) and
-    ``u_b`` each input's own random vector, so no direction is left out of any input's Krylov space."""
-    one = lin.select(torch.zeros(1, dtype=torch.long, device=u.device))
-    if low is not None:
-        one = one.to(low)
-    solver = lanczos if method == "lanczos" else power_iteration
-    first = solver(NormalOperator(one, 0.0), u[:1], SHARED_TOL, SHARED_MAX_ITER)
-    return normalize(first.vector + SHARED_MIX * u)
 CERTIFIED = (torch.float32, torch.float64)
-
-
-def _check_batch_independence(fn: Map, X: Tensor) -> None:
-    """``ValueError`` if ``fn`` mixes batch elements: moving input 0 must leave every other output unchanged.
-
-    One extra forward pass of the first chunk; run for maps differentiated by autograd (a closed form acts
-    on each input alone by construction). The move is 1 % of the input's size, so any coupling above the
-    rounding level of the outputs shows.
-    """
-    if len(X) < 2:
-        return
-    with torch.no_grad(), sdpa_kernel(SDPBackend.MATH):
-        Y = fn(X)
-        _check_output(Y, X)
-        moved = X.clone()
-        moved[0] += 0.01 * X[0].abs().max().clamp_min(1.0) * torch.randn(
-            X[0].shape, generator=torch.Generator(device=X.device).manual_seed(1), device=X.device, dtype=X.dtype)
-        Z = fn(moved)
-    scale = Y[1:].abs().max().clamp_min(torch.finfo(Y.dtype).tiny)
-    change = (Z[1:] - Y[1:]).abs().max() / scale
-    if bool(change > 1e3 * torch.finfo(Y.dtype).eps):
-        raise ValueError(f"fn mixes the inputs of a batch: moving input 0 changed the other outputs by "
-                         f"{float(change):.1e} (relative); local_lipschitz needs a map that acts on each input alone")
+DEFAULT_RTOL = 1e-4
+# A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
+# to this many units in the last place of θ (a premise, stated in local_lipschitz).
+FLOAT32_ULPS = 64
+# Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
+FLOAT64_ULPS = 64
 
 
 def _shrink_ratio(lin: object) -> float:
@@ -239,62 +217,123 @@ def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
     return max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
 
 
+def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
+    """``fn``'s linearization at ``X.double()`` when ``fn`` runs in float64 there (its output is float64), else
+    ``None``. A map with a ``float64_map()`` method (:class:`lipnb.models.LayerMap`) names the map to use;
+    a closed form casts its parameters (exactly) to float64; an autograd map is tried as is."""
+    wide = getattr(fn, "float64_map", None)
+    try:
+        lin = linearize(wide() if callable(wide) else fn, X.double())
+    except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
+        return None
+    return lin if lin.output.dtype == torch.float64 else None
+
+
+def _certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearization | None, dtype: torch.dtype
+             ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product
+    for a float32 run when ``lin64`` is given, else the solver's own (a float32-only map's ``error`` gains
+    ``FLOAT32_ULPS`` units in the last place of float32)."""
+    if dtype == torch.float64 or lin64 is None:
+        rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
+        return outcome.theta, outcome.residual, outcome.error + rounding
+    u = normalize(outcome.vector.double())
+    Mu = NormalOperator(lin64, 0.0, normal.scale)(u)
+    theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
+    absolute = norms(Mu - theta.view(-1, *([1] * (u.dim() - 1))) * u)
+    error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
+    return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
+
+
+def _margin(tol: float | None, rtol: float | None, dtype: torch.dtype) -> tuple[float | None, float | None]:
+    """The solver's targets ``(tol, rtol)``: in float32 lowered by ``FLOAT32_ULPS`` units in the last place (at
+    most halved), so the recomputed certificate, which differs from the solver's by rounding, still meets them."""
+    if dtype == torch.float64:
+        return tol, rtol
+    margin = FLOAT32_ULPS * torch.finfo(torch.float32).eps
+    return tuple(None if t is None else max(t - 2 * margin, t / 2) for t in (tol, rtol))
+
+
+def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, confidence: object, method: str,
+                     start: str) -> None:
+    if method not in ("lanczos", "power"):
+        raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
+    for name, value in (("tol", tol), ("rtol", rtol), ("confidence", confidence)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{name} must be a real number or None; got {type(value).__name__}")
+    if tol is not None and rtol is not None:
+        raise ValueError("give tol (a relative residual) or rtol (a relative error of the value), not both")
+    if tol is not None and not 0 < tol <= 1:
+        raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
+                         f"got {tol!r}")
+    if rtol is not None and not 0 < rtol < 1:
+        raise ValueError(f"rtol is a relative error of the value and must lie in (0, 1); got {rtol!r}")
+    if confidence is not None and not 0 < confidence < 1:
+        raise ValueError(f"confidence is a failure probability δ and must lie in (0, 1); got {confidence!r}")
+    check_positive_int(max_iter, "max_iter")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int; got {type(seed).__name__}")
+    if start == "shared":
+        raise ValueError("start='shared' was withdrawn: a start built from another input's top direction can converge"
+                         " to a lower singular value where a random start finds the top; use start='random'")
+    if start != "random":
+        raise ValueError(f"start must be 'random'; got {start!r}")
+
+
 def local_lipschitz(
     fn: Map,
     X: Tensor,
     *,
     method: Literal["lanczos", "power"] = "lanczos",
-    tol: float = 1e-6,
+    tol: float | None = None,
     rtol: float | None = None,
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
     presolve: torch.dtype | Literal["auto"] | None = "auto",
-    start: Literal["random", "shared"] = "random",
+    start: Literal["random"] = "random",
     seed: int = 0,
     detailed: bool = False,
+    confidence: float | None = None,
 ) -> Tensor | LipschitzResult:
     """Lemma 3.1 / App. E.1: ``||D_{X_b} fn||_2`` for every ``b`` of a ``(B, n, d)`` batch, matrix-free.
 
-    ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately; a
+    ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately and
+    deterministically (checked on the first chunk, :func:`lipnb.map_checks.check_map`: two evaluations, and for
+    an autograd map a moved input and the first input alone; a sub-batch re-linearized is checked too); a
     :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.jacobian.MultiHeadMap`) brings its closed-form
-    Jacobian products, any other is differentiated by autograd. ``method`` is ``"lanczos"`` (default)
-    or the paper's ``"power"`` iteration, both on ``JᵀJ``; ``tol`` bounds the relative residual of the
-    top eigenpair of ``JᵀJ`` and ``max_iter`` the number of products. ``rtol`` (off by default) states the
-    accuracy of the value instead: an input also stops, converged, once its value is certified within a
-    relative ``rtol`` of ``||D_X f||_2`` (:func:`lipnb.krylov.value_error`; for Lanczos the error of a Ritz
-    value is about residual² / gap, so ``rtol=1e-4`` needs far fewer products than ``tol=1e-4``).
-    Converged inputs stop costing products; batches too large for the device's memory run in chunks.
-    Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``. Inputs that did not converge raise a
-    :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+    Jacobian products (its output is checked against ``fn(X)``), any other is differentiated by autograd.
+    ``method`` is ``"lanczos"`` (default) or the paper's ``"power"`` iteration, both on ``JᵀJ`` (rescaled by a
+    power of two per input, so tiny and huge Jacobians neither underflow nor overflow).
+
+    Stopping: with ``rtol`` an input stops, converged, once ``error ≤ rtol`` (see :class:`LipschitzResult`:
+    the value is then within ``rtol`` of ``||D_X f||_2`` under the premise that the eigenvalue found is the top
+    one, i.e. nothing above was missed); with ``tol`` once the relative residual ``||JᵀJu - θu|| / θ ≤ tol``;
+    neither given means ``rtol=1e-4``; both is a ``ValueError``. ``max_iter`` caps the products. For a float32
+    run the final residual and Rayleigh quotient are recomputed with one float64 product of ``fn``'s float64
+    linearization (when ``fn`` runs in float64), and ``converged`` is decided on them; a map whose output stays
+    float32 is certified at float32's level (premise: its products are exact to 64 units in float32's last
+    place). Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``; inputs that did not
+    converge raise a :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+
+    ``confidence`` (a failure probability ``δ`` in (0, 1), off by default) adds ``upper`` to the result:
+    ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start (Kuczyński &
+    Woźniakowski, 1992; :func:`lipnb.krylov.failure_epsilon`). It needs the value to come from the Krylov space
+    of the random start, so it runs without presolve.
 
     ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
-    vectors (vectors in full precision, products in ``presolve``; until its relative residual is below
-    ``1e-3``, at most 50 products); the run in full precision then starts from them, and its own test
-    alone decides ``value``, ``converged`` and ``residual``. It needs a linearization with
-    ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos in float32
-    on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with AVX512-BF16
-    or AMX), and no presolve otherwise.
-
-    ``start``: ``"random"`` (default), each input's own Gaussian starting vector; ``"shared"``, that vector
-    mixed (weight 0.3) with the top right singular vector of the first input of each chunk, found first by
-    a short run on that input alone: fewer products when the inputs of a batch are alike (e.g. windows of
-    one text, whose top directions overlap), the same certificate in any case.
+    vectors (until its relative residual is below ``1e-3``, at most 50 products); the run in full precision
+    then starts from them, and its own test alone decides ``value``, ``converged`` and ``error``. It needs a
+    linearization with ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos
+    in float32 on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with
+    AVX512-BF16 or AMX), and no presolve otherwise. ``start`` is ``"random"``: each input's own Gaussian vector
+    (seeded by ``seed``).
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
     check_tokens(X)
-    if method not in ("lanczos", "power"):
-        raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
-    if isinstance(tol, bool) or not isinstance(tol, numbers.Real) or not 0 < tol <= 1:
-        raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
-                         f"got {tol!r}")
-    if rtol is not None and (isinstance(rtol, bool) or not isinstance(rtol, numbers.Real)):
-        raise TypeError(f"rtol must be a real number or None; got {type(rtol).__name__}")
-    if rtol is not None and not 0 < rtol < 1:
-        raise ValueError(f"rtol is a relative error of the value and must lie in (0, 1); got {rtol!r}")
-    max_iter = check_positive_int(max_iter, "max_iter")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int; got {type(seed).__name__}")
+    _check_arguments(tol, rtol, max_iter, seed, confidence, method, start)
+    if tol is None and rtol is None:
+        rtol = DEFAULT_RTOL
     if dtype is not None:
         if not isinstance(dtype, torch.dtype) or dtype not in CERTIFIED:
             raise TypeError(f"dtype must be torch.float32 or torch.float64 (the dtypes whose residual test "
@@ -303,73 +342,85 @@ def local_lipschitz(
     if not (presolve is None or presolve == "auto"
             or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
         raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
-    if start not in ("random", "shared"):
-        raise ValueError(f"start must be 'random' or 'shared'; got {start!r}")
+    if confidence is not None:
+        presolve = None
     X = X.detach()
-    probed = isinstance(fn, Linearizable)      # a closed form acts on each input alone by construction
     generator = torch.Generator(device=X.device).manual_seed(seed)
     u0 = normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
     solver = lanczos if method == "lanczos" else power_iteration
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
-    chunk = _chunk_size(fn, X, vectors)
-    with memory.heap_allocations(X.device):      # batch-sized temporaries reuse freed memory
-        parts: list[tuple[KrylovOutcome, Tensor | None, Tensor]] = []
-        begin = 0
-        while begin < len(X):
-            stop = min(begin + chunk, len(X))
-            try:
-                if not probed:
-                    _check_batch_independence(fn, X[begin:stop])
-                    probed = True
-                lin = linearize(fn, X[begin:stop])
-                if lin.output.dtype not in CERTIFIED:
-                    raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
-                                    "residual test to certify convergence; run it in float32 or float64 (a "
-                                    "low-precision first run is what presolve is for)")
-                u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
-                if start == "shared" and getattr(lin, "select", None) is not None and len(u) > 1:
-                    u = _shared_start(lin, u, method, low if hasattr(lin, "to") else None)
-                if low is not None:
-                    low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
-                    first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
-                    u, presolved = first.vector, first.iterations
-                    del low_normal, first            # its memory serves the full-precision run
-                else:
-                    presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
-                normal = NormalOperator(lin, _shrink_ratio(lin))
-                if not detailed:
-                    del lin
-                outcome = solver(normal, u, tol, max_iter, rtol)
-                left = normalize(lin.jvp(outcome.vector)) if detailed else None
-            except (RuntimeError, torch.OutOfMemoryError) as error:
-                if not memory.is_oom(error) or chunk == 1:
-                    raise
-                lin = normal = None
-                if X.device.type == "cuda":
-                    torch.cuda.empty_cache()
-                chunk = max(1, chunk // 2)
-                continue
-            del normal
-            lin = None
-            parts.append((outcome, left, presolved))
-            begin = stop
-    theta = torch.cat([p.theta for p, _, _ in parts])
-    converged = torch.cat([p.converged for p, _, _ in parts])
-    value = theta.clamp_min(0).sqrt().to(X.dtype)
+    try:
+        chunk = _chunk_size(fn, X, vectors)
+    except ValueError as error:
+        raise ValueError(f"fn depends on the batch it is given (it fails on the first input alone: {error}); "
+                         "local_lipschitz needs a map that acts on each input alone") from error
+    parts: list[tuple[Tensor, ...]] = []
+    begin, checked = 0, False
+    while begin < len(X):
+        stop = min(begin + chunk, len(X))
+        try:
+            if not checked:     # a closed form acts on each input alone: its first input is enough to check
+                closed = isinstance(fn, Linearizable)
+                Y = check_map(fn, X[begin:begin + 1] if closed else X[begin:stop], mixing=not closed)
+            lin = linearize(fn, X[begin:stop])
+            if lin.output.dtype not in CERTIFIED:
+                raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
+                                "residual test to certify convergence; run it in float32 or float64 (a "
+                                "low-precision first run is what presolve is for)")
+            lin64 = _float64_linearization(fn, X[begin:stop]) if lin.output.dtype == torch.float32 else None
+            if not checked:
+                rows = len(Y)
+                scatter = 0.0 if lin64 is None else relative_change(lin64.output[:rows], lin.output[:rows])
+                check_same_map(lin.output[:rows], Y, "the linearization's output", scatter)
+                if lin64 is not None:
+                    check_same_map(lin64.output[:rows], Y, "the float64 linearization's output", scatter)
+                checked, Y = True, None
+            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
+            if low is not None:
+                low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
+                first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
+                u, presolved = first.vector, first.iterations
+                del low_normal, first            # its memory serves the full-precision run
+            else:
+                presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
+            normal = NormalOperator(lin, _shrink_ratio(lin))
+            target_tol, target_rtol = _margin(tol, rtol, lin.output.dtype)
+            outcome = solver(normal, u, target_tol, max_iter, target_rtol)
+            theta, residual, error = _certify(outcome, normal, lin64, lin.output.dtype)
+            left = normalize(lin.jvp(outcome.vector)) if detailed else None
+        except (RuntimeError, torch.OutOfMemoryError) as oom:
+            if not memory.is_oom(oom) or chunk == 1:
+                raise
+            lin = lin64 = normal = None
+            if X.device.type == "cuda":
+                torch.cuda.empty_cache()
+            chunk = max(1, chunk // 2)
+            continue
+        test = (residual <= tol) if tol is not None else (error <= rtol)
+        converged = outcome.converged & (test | (theta <= 0))
+        upper = None
+        if confidence is not None:
+            eps = failure_epsilon(confidence, X[0].numel(), outcome.iterations, method)
+            top = torch.maximum(theta, outcome.theta)
+            upper = top.sqrt() / (1 - eps).sqrt() * (1 + 64 * torch.finfo(lin.output.dtype).eps) / normal.scale
+        value = theta.clamp_min(0).sqrt() / normal.scale
+        parts.append((value, outcome.iterations, converged, residual, outcome.vector, left, presolved, error, upper))
+        lin = lin64 = normal = None
+        begin = stop
+    value, iterations, converged, residual, right, left, presolved, error, upper = (
+        None if p[0] is None else torch.cat(p) for p in zip(*parts, strict=True))
+    value = value.to(X.dtype)
     if not detailed:
         if not bool(converged.all()):
             bad = int((~converged).sum())
-            asked = f"tol={tol}" + ("" if rtol is None else f", rtol={rtol}")
+            asked = f"rtol={rtol}" if tol is None else f"tol={tol}"
             warnings.warn(f"{bad} of {len(converged)} inputs did not converge in {max_iter} "
                           f"iterations ({asked}); pass detailed=True to inspect them",
                           NotConvergedWarning, stacklevel=2)
         return value
-    return LipschitzResult(value=value, iterations=torch.cat([p.iterations for p, _, _ in parts]),
-                           converged=converged, residual=torch.cat([p.residual for p, _, _ in parts]),
-                           right_vector=torch.cat([p.vector for p, _, _ in parts]),
-                           left_vector=torch.cat([v for _, v, _ in parts]), method=method,
-                           presolve_iterations=torch.cat([c for _, _, c in parts]),
-                           error=torch.cat([p.error for p, _, _ in parts]))
+    return LipschitzResult(value=value, iterations=iterations, converged=converged, residual=residual,
+                           right_vector=right, left_vector=left, method=method, presolve_iterations=presolved,
+                           error=error, upper=upper if confidence is not None else None)
 
 
 def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:

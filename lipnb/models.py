@@ -285,6 +285,11 @@ class LayerMap:
         _check_input(X, self.model)
         return self.closed_form().linearize(X)
 
+    def float64_map(self) -> MultiHeadMap | ResidualAttentionMap:
+        """The map :func:`lipnb.local_lipschitz` evaluates in float64 to certify a float32 run: the closed form,
+        whose parameters cast to float64 exactly (the module itself refuses float64 inputs)."""
+        return self.closed_form()
+
     def flops(self, n: int) -> dict[str, int]:
         """Matrix-product FLOPs of the closed form per input of ``n`` tokens (``MultiHeadMap.flops``)."""
         return self.closed_form().flops(n)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import math
-import platform
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -81,7 +80,7 @@ def test_closed_form_products_match_dense_jacobian(kind: str, masked: bool) -> N
     X = 1.5 * randn(gen, 3, 5, 6)
     lin = fn.linearize(X)
     torch.testing.assert_close(lin.output, multihead_attention(X, heads, masked=masked), rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(fn(X), multihead_attention(X, heads, masked=masked), rtol=0, atol=0)
+    torch.testing.assert_close(fn(X), multihead_attention(X, heads, masked=masked), rtol=1e-12, atol=1e-12)
     J = jacobian_matrix(lambda Z: multihead_attention(Z, heads, masked=masked), X)
     E, G = randn(gen, *X.shape), randn(gen, *lin.output.shape)
     JE = torch.einsum("bij,bj->bi", J, E.flatten(1)).view_as(lin.output)
@@ -164,7 +163,7 @@ def test_fast_path_matches_dense_svd(kind: str, method: str) -> None:
         fn = MultiHeadMap(heads, masked=masked)
         assert isinstance(fn, Linearizable)
         exact = exact_local_lipschitz(fn, X)
-        res = local_lipschitz(fn, X, method=method, max_iter=3000, detailed=True)
+        res = local_lipschitz(fn, X, method=method, tol=1e-6, max_iter=3000, detailed=True)
         assert bool(res.converged.all())
         assert float(((res.value - exact).abs() / exact).max()) <= 1e-8
         assert res.right_vector.shape == X.shape and res.left_vector.shape == fn(X).shape
@@ -200,8 +199,9 @@ def test_presolve_in_bfloat16_keeps_float32_accuracy(gen: torch.Generator, metho
     X = 2 * randn(gen, 4, 24, 16)
     exact = exact_local_lipschitz(MultiHeadMap(heads), X)
     fn = MultiHeadMap(heads.to(torch.float32))
-    plain = local_lipschitz(fn, X.float(), method=method, presolve=None, max_iter=2000, detailed=True)
-    warm = local_lipschitz(fn, X.float(), method=method, presolve=torch.bfloat16, max_iter=2000, detailed=True)
+    plain = local_lipschitz(fn, X.float(), method=method, tol=1e-6, presolve=None, max_iter=2000, detailed=True)
+    warm = local_lipschitz(fn, X.float(), method=method, tol=1e-6, presolve=torch.bfloat16, max_iter=2000,
+                           detailed=True)
     assert bool(warm.converged.all()) and bool((warm.residual <= 1e-6).all())
     assert bool((warm.presolve_iterations > 0).all()) and bool((plain.presolve_iterations == 0).all())
     assert int(warm.iterations.sum()) < int(plain.iterations.sum())
@@ -267,35 +267,6 @@ class _MallInfo2(ctypes.Structure):
                                                      "fsmblks", "uordblks", "fordblks", "keepcost")]
 
 
-def test_heap_allocations_keep_large_tensors_off_mmap() -> None:
-    """Inside the block a 64 MB tensor comes from the heap (glibc's count of mmapped blocks does not move);
-    outside it, and after it, from a fresh mapping as glibc does by default; CUDA tensors are left alone."""
-    libc = ctypes.CDLL(None) if platform.libc_ver()[0] == "glibc" else None
-    if libc is None or not hasattr(libc, "mallinfo2"):
-        pytest.skip("needs glibc >= 2.33 (mallinfo2)")
-    libc.mallinfo2.restype = _MallInfo2
-
-    def mapped_blocks_while_holding() -> int:
-        before = libc.mallinfo2().hblks
-        held = torch.empty(16 << 20)            # 64 MB, above glibc's largest mmap threshold
-        during = libc.mallinfo2().hblks
-        del held
-        return during - before
-
-    assert mapped_blocks_while_holding() == 1
-    with memory.heap_allocations(torch.device("cpu")):
-        assert mapped_blocks_while_holding() == 0
-        with memory.heap_allocations(torch.device("cpu")):     # nested: the outer block decides
-            assert mapped_blocks_while_holding() == 0
-        assert mapped_blocks_while_holding() == 0
-    assert mapped_blocks_while_holding() == 1
-    with pytest.raises(RuntimeError), memory.heap_allocations(torch.device("cpu")):   # restored after an error too
-        raise RuntimeError("inside")
-    assert mapped_blocks_while_holding() == 1
-    with memory.heap_allocations(torch.device("meta")):
-        assert mapped_blocks_while_holding() == 1
-
-
 def test_non_convergence_is_still_reported(gen: torch.Generator) -> None:
     """Honesty on the fast path: two products are not enough, and the result says so."""
     fn = MultiHeadMap(make_heads(gen, "low-rank"))
@@ -317,10 +288,10 @@ def test_compaction_keeps_each_estimate(fast: bool, method: str) -> None:
     fn = MultiHeadMap(heads) if fast else (lambda Z: multihead_attention(Z, heads))
     radii = torch.tensor([0.01, 5.0, 0.1, 2.0, 1.0, 0.5], dtype=F64).view(-1, 1, 1)
     X = radii * torch.nn.functional.normalize(randn(gen, 6, 5, 6), dim=-1)
-    res = local_lipschitz(fn, X, method=method, max_iter=3000, detailed=True)
+    res = local_lipschitz(fn, X, method=method, tol=1e-6, max_iter=3000, detailed=True)
     assert len(set(res.iterations.tolist())) > 2          # the batch really shrank in several steps
     for i in range(len(X)):
-        alone = local_lipschitz(fn, X[i:i + 1], method=method, max_iter=3000, detailed=True)
+        alone = local_lipschitz(fn, X[i:i + 1], method=method, tol=1e-6, max_iter=3000, detailed=True)
         torch.testing.assert_close(res.value[i:i + 1], alone.value, rtol=1e-9, atol=0)
     exact = exact_local_lipschitz(fn, X)
     assert float(((res.value - exact).abs() / exact).max()) <= 1e-8

@@ -53,7 +53,7 @@ def test_lanczos_finds_the_top_squared_singular_value_of_each_input() -> None:
     J = spectrum_problem(SPECTRA)
     out = lanczos(NormalOperator(Dense(J, (3, 4)), 1.0), start(len(J)), tol=1e-12, max_iter=50)
     expected = torch.linalg.matrix_norm(J, 2) ** 2
-    torch.testing.assert_close(out.theta, expected, rtol=1e-10, atol=0)
+    torch.testing.assert_close(out.sigma ** 2, expected, rtol=1e-10, atol=0)
     assert bool(out.converged.all())
     top = torch.linalg.svd(J).Vh[:, 0]                            # the top right singular vectors
     alignment = torch.einsum("bn,bn->b", out.vector.flatten(1), top).abs()
@@ -63,7 +63,7 @@ def test_lanczos_finds_the_top_squared_singular_value_of_each_input() -> None:
 def test_power_iteration_converges_at_the_rate_of_the_gap() -> None:
     J = spectrum_problem([[3.0, 1.0], [2.0, 1.99]])
     out = power_iteration(NormalOperator(Dense(J, (3, 4)), 1.0), start(2), tol=1e-10, max_iter=5000)
-    torch.testing.assert_close(out.theta, torch.linalg.matrix_norm(J, 2) ** 2, rtol=1e-8, atol=0)
+    torch.testing.assert_close(out.sigma ** 2, torch.linalg.matrix_norm(J, 2) ** 2, rtol=1e-8, atol=0)
     assert bool(out.converged.all())
     # The residual falls like (s2/s1)^(2k): a gap of 3 needs far fewer steps than a gap of 1.005.
     assert int(out.iterations[0]) < 30 < int(out.iterations[1])
@@ -75,7 +75,7 @@ def test_each_input_stops_on_its_own_and_gets_what_it_gets_alone() -> None:
     together = lanczos(NormalOperator(Dense(J, (3, 4)), 0.5), u, tol=1e-10, max_iter=50)
     for b in range(len(J)):
         alone = lanczos(NormalOperator(Dense(J[b:b + 1], (3, 4)), 0.5), u[b:b + 1], tol=1e-10, max_iter=50)
-        torch.testing.assert_close(together.theta[b:b + 1], alone.theta, rtol=1e-12, atol=0)
+        torch.testing.assert_close(together.sigma[b:b + 1], alone.sigma, rtol=1e-12, atol=0)
         assert int(together.iterations[b]) == int(alone.iterations[0])
     assert len(set(together.iterations.tolist())) > 1
 
@@ -84,14 +84,14 @@ def test_an_input_that_runs_out_of_iterations_is_flagged() -> None:
     J = spectrum_problem([[2.0, 1.999, 1.998, 1.0]])
     out = power_iteration(NormalOperator(Dense(J, (3, 4)), 1.0), start(1), tol=1e-12, max_iter=20)
     assert not bool(out.converged[0]) and int(out.iterations[0]) == 20 and float(out.residual[0]) > 1e-12
-    assert float(out.theta[0]) <= float(torch.linalg.matrix_norm(J[0], 2)) ** 2 * (1 + 1e-12)
+    assert float(out.sigma[0]) ** 2 <= float(torch.linalg.matrix_norm(J[0], 2)) ** 2 * (1 + 1e-12)
 
 
 def test_a_zero_jacobian_stops_at_once_with_zero() -> None:
     J = torch.zeros(1, 12, 12, dtype=F64)
     for solver in (lanczos, power_iteration):
         out = solver(NormalOperator(Dense(J, (3, 4)), 1.0), start(1), tol=1e-10, max_iter=10)
-        assert float(out.theta[0]) == 0.0 and int(out.iterations[0]) == 1
+        assert float(out.sigma[0]) == 0.0 and int(out.iterations[0]) == 1
 
 
 def test_the_normal_operator_keeps_its_rows_after_shrinking() -> None:
@@ -101,7 +101,8 @@ def test_the_normal_operator_keeps_its_rows_after_shrinking() -> None:
     keep = torch.tensor([True, False, True, True])
     normal.keep(keep)
     dense = torch.einsum("bmn,bmk,bk->bn", J[keep], J[keep], u[keep].flatten(1)).view(-1, 3, 4)
-    torch.testing.assert_close(normal(u[keep]), dense, rtol=1e-12, atol=1e-12)
+    product = normal(u[keep])                       # c² JᵀJ u, with c set at this first product
+    torch.testing.assert_close(product / normal.scale[keep].view(-1, 1, 1) ** 2, dense, rtol=1e-12, atol=1e-12)
 
 
 @given(st.lists(st.booleans(), min_size=1, max_size=40))

@@ -156,13 +156,13 @@ def test_power_needs_more_iterations_on_close_singular_values(gen: torch.Generat
         return Z @ M.mT
 
     with pytest.warns(NotConvergedWarning):
-        capped = local_lipschitz(fn, X, method="power")
+        capped = local_lipschitz(fn, X, method="power", tol=1e-6)
     assert bool((capped <= 1).all())
-    res = local_lipschitz(fn, X, method="power", max_iter=POWER_MAX_ITER, detailed=True)
+    res = local_lipschitz(fn, X, method="power", tol=1e-6, max_iter=POWER_MAX_ITER, detailed=True)
     assert bool(res.converged.all())
     assert bool((res.iterations > 200).all())
     torch.testing.assert_close(res.value, torch.ones(2, dtype=F64), rtol=1e-9, atol=0)
-    res = local_lipschitz(fn, X, detailed=True)
+    res = local_lipschitz(fn, X, tol=1e-6, detailed=True)
     assert bool(res.converged.all())
     assert bool((res.iterations <= 9).all())
     torch.testing.assert_close(res.value, torch.ones(2, dtype=F64), rtol=1e-12, atol=0)
@@ -173,7 +173,7 @@ def test_linear_map_has_its_operator_norm(gen: torch.Generator) -> None:
     M = randn(gen, 3, 5)
     X = randn(gen, 2, 4, 5)
     for method in ("lanczos", "power"):
-        value = local_lipschitz(lambda Z: Z @ M.mT, X, method=method, max_iter=1000)
+        value = local_lipschitz(lambda Z: Z @ M.mT, X, method=method, tol=1e-6, max_iter=1000)
         torch.testing.assert_close(value, torch.linalg.matrix_norm(M, ord=2).expand(2), rtol=1e-8, atol=0)
 
 
@@ -212,7 +212,7 @@ def test_detailed_result_fields(method: str, dtype: torch.dtype) -> None:
     build, d = make_case("multihead", gen)
     X = at_radii(randn(gen, 1, 5, d), (0.5, 2.0, 5.0)).to(dtype)
     fn = build(dtype)
-    res = local_lipschitz(fn, X, method=method, detailed=True, max_iter=POWER_MAX_ITER)
+    res = local_lipschitz(fn, X, method=method, tol=1e-6, detailed=True, max_iter=POWER_MAX_ITER)
     assert isinstance(res, LipschitzResult)
     assert res.method == method
     B = X.shape[0]
@@ -362,21 +362,21 @@ def test_batch_elements_are_independent(method: str) -> None:
     build, d = make_case("multihead-masked", gen)
     fn = build(F64)
     X = at_radii(randn(gen, 1, 4, d), (0.3, 3.0, 8.0))
-    batch = local_lipschitz(fn, X, method=method, max_iter=POWER_MAX_ITER)
-    alone = torch.cat([local_lipschitz(fn, X[i:i + 1], method=method, max_iter=POWER_MAX_ITER)
+    batch = local_lipschitz(fn, X, method=method, tol=1e-6, max_iter=POWER_MAX_ITER)
+    alone = torch.cat([local_lipschitz(fn, X[i:i + 1], method=method, tol=1e-6, max_iter=POWER_MAX_ITER)
                        for i in range(len(X))])
     torch.testing.assert_close(batch, alone, rtol=1e-8, atol=0)
     # Changing the other batch elements does not change entry 0.
     other = torch.cat([X[:1], 5 * randn(gen, len(X) - 1, 4, d)])
-    torch.testing.assert_close(local_lipschitz(fn, other, method=method, max_iter=POWER_MAX_ITER)[0], batch[0],
-                               rtol=1e-8, atol=0)
+    moved = local_lipschitz(fn, other, method=method, tol=1e-6, max_iter=POWER_MAX_ITER)
+    torch.testing.assert_close(moved[0], batch[0], rtol=1e-8, atol=0)
 
 
 def test_dtype_option_casts_input(gen: torch.Generator) -> None:
     """``dtype=``: the estimate is computed and returned in the requested dtype."""
     build, d = make_case("single", gen)
     X = randn(gen, 2, 3, d)
-    value = local_lipschitz(build(F64), X.float(), dtype=F64)
+    value = local_lipschitz(build(F64), X.float(), dtype=F64, tol=1e-6)
     assert value.dtype == F64
     torch.testing.assert_close(value, exact_local_lipschitz(build(F64), X.float()), rtol=1e-8, atol=0)
 
@@ -655,58 +655,42 @@ def _map_problem(seed: int, B: int = 6, n: int = 6, d: int = 8, H: int = 2, scal
     return MultiHeadMap(heads), scale * randn(gen, B, n, d)
 
 
-@pytest.mark.parametrize("start", ["random", "shared"])
 @pytest.mark.parametrize(("rtol", "dtype"),
                          [(1e-3, torch.float32), (1e-5, torch.float32), (1e-3, torch.float64), (1e-7, torch.float64)],
                          ids=["1e-3-f32", "1e-5-f32", "1e-3-f64", "1e-7-f64"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_rtol_delivers_the_accuracy_asked(seed: int, rtol: float, dtype: torch.dtype, start: str) -> None:
+def test_rtol_delivers_the_accuracy_asked(seed: int, rtol: float, dtype: torch.dtype) -> None:
     """``rtol``: every converged value is within its certified ``error`` of the dense float64 top singular
-    value, and that certificate within ``rtol``: the accuracy delivered is at most the accuracy asked.
-    (Like every Krylov certificate it presumes that the top eigenvalue was not missed; on tiny random
-    problems asked for only 1e-2 that premise fails now and then, for the residual test as well.)"""
+    value, and that certificate within ``rtol``: the accuracy delivered is at most the accuracy asked (the
+    premise, that the top eigenvalue was not missed, holds on these problems: checked by the dense truth)."""
     f, X = _map_problem(seed)
     exact = exact_local_lipschitz(f, X)
-    result = local_lipschitz(f, X.to(dtype), rtol=rtol, tol=1e-12, start=start, presolve=None, detailed=True)
+    result = local_lipschitz(f, X.to(dtype), rtol=rtol, presolve=None, detailed=True)
     assert bool(result.converged.all())
     error = rel_err(result.value, exact)
     assert bool((error <= result.error).all()), (error, result.error)
     assert bool((result.error <= rtol).all())
 
 
-def test_rtol_costs_fewer_products_than_the_same_residual() -> None:
-    """The value needs about the square root of the residual (Ritz value error ~ residual² / gap): asking
-    1e-4 of the value costs fewer products than asking 1e-4 of the residual, and the dearer run is no
-    more accurate than asked."""
-    f, X = _map_problem(3, B=4, n=10, d=16, H=4)
-    by_rtol = local_lipschitz(f, X, rtol=1e-4, tol=1e-12, presolve=None, detailed=True)
-    by_tol = local_lipschitz(f, X, tol=1e-4, presolve=None, detailed=True)
-    assert int(by_rtol.iterations.sum()) < int(by_tol.iterations.sum())
-    assert float(rel_err(by_rtol.value, exact_local_lipschitz(f, X)).max()) <= 1e-4
-
-
-@pytest.mark.parametrize("start", ["random", "shared"])
-def test_rtol_batched_equals_one_at_a_time(start: str) -> None:
+def test_rtol_batched_equals_one_at_a_time() -> None:
     """Each input stops on its own test: a batch gives every input what it gets alone, within the asked
-    1e-5; with random starts input 0 (the same starting vector alone and in the batch) takes the same
-    number of products."""
+    1e-5; input 0 (the same starting vector alone and in the batch) takes the same number of products."""
     f, X = _map_problem(4)
-    together = local_lipschitz(f, X, rtol=1e-5, start=start, detailed=True)
+    together = local_lipschitz(f, X, rtol=1e-5, detailed=True)
     alone = torch.cat([local_lipschitz(f, X[b:b + 1], rtol=1e-5, detailed=True).value for b in range(len(X))])
     torch.testing.assert_close(together.value, alone, rtol=2e-5, atol=0)
-    if start == "random":
-        alone_first = local_lipschitz(f, X[:1], rtol=1e-5, detailed=True)
-        assert int(together.iterations[0]) == int(alone_first.iterations[0])
+    alone_first = local_lipschitz(f, X[:1], rtol=1e-5, detailed=True)
+    assert int(together.iterations[0]) == int(alone_first.iterations[0])
 
 
 def test_rtol_keeps_non_convergence_honest() -> None:
     """An input that cannot meet ``rtol`` within ``max_iter`` is flagged (and warned about), with an
     ``error`` above ``rtol``: the rule never reports a certificate it does not have."""
     f, X = _map_problem(5)
-    result = local_lipschitz(f, X, rtol=1e-12, tol=1e-14, max_iter=2, presolve=None, detailed=True)
+    result = local_lipschitz(f, X, rtol=1e-12, max_iter=2, presolve=None, detailed=True)
     assert not bool(result.converged.any()) and bool((result.error > 1e-12).all())
     with pytest.warns(NotConvergedWarning, match="rtol=1e-12"):
-        local_lipschitz(f, X, rtol=1e-12, tol=1e-14, max_iter=2, presolve=None)
+        local_lipschitz(f, X, rtol=1e-12, max_iter=2, presolve=None)
 
 
 @pytest.mark.parametrize(
@@ -717,9 +701,13 @@ def test_rtol_keeps_non_convergence_honest() -> None:
         ({"rtol": -1e-4}, ValueError, "rtol is a relative error"),
         ({"rtol": "1e-4"}, TypeError, "rtol must be a real number"),
         ({"rtol": True}, TypeError, "rtol must be a real number"),
-        ({"start": "warm"}, ValueError, "start must be 'random' or 'shared'"),
+        ({"start": "warm"}, ValueError, "start must be 'random'"),
+        ({"start": "shared"}, ValueError, "lower singular value"),
+        ({"tol": 1e-6, "rtol": 1e-4}, ValueError, "not both"),
+        ({"confidence": 1.0}, ValueError, "confidence is a failure probability"),
+        ({"confidence": "0.1"}, TypeError, "confidence must be a real number"),
     ],
-    ids=["zero", "one", "negative", "string", "bool", "start"],
+    ids=["zero", "one", "negative", "string", "bool", "start", "shared", "both", "confidence-one", "confidence-str"],
 )
 def test_rtol_and_start_refusals(kwargs: dict, error: type, message: str) -> None:
     """Bad ``rtol`` (not a real in (0, 1)) or ``start`` values are refused with the argument named."""
