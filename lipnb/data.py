@@ -34,9 +34,9 @@ from urllib.parse import urlparse
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
 from .checks import check_positive_int
+from .results import progress_bar
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -146,7 +146,7 @@ def _download_url(url: str, target: Path) -> None:
     """Stream ``url`` into ``target`` with a progress bar."""
     with urllib.request.urlopen(url, timeout=60) as response, target.open("wb") as out:
         total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
+        with progress_bar(total=total, unit="B", unit_scale=True, desc=target.name) as bar:
             while chunk := response.read(1 << 16):
                 out.write(chunk)
                 bar.update(len(chunk))

@@ -1,52 +1,49 @@
-"""The three things every chapter does: state a number in the prose, check a claim, draw a named figure.
+"""The three things every chapter does: state a number in the prose, check a claim, show a figure or table.
 
 * :func:`state` glues a computed number into the prose (``{glue:text}`name``) and returns it formatted;
 * :data:`check` checks a claim stated once, as a comparison of numbers (``check.below``, ``check.above``,
-  ``check.close``, ``check.between``, ``check.equal``): the verdict and the printed margin come from the
-  same comparison, so they cannot disagree. Each check prints one ledger line
-  ``holds: <claim> | <value> <op> <threshold> | margin <m>`` and raises ``AssertionError`` when it fails;
-  :func:`read_ledger` collects those lines from the stored outputs of every chapter, and :func:`read_states`
-  the values :func:`state` glued;
-* :func:`markdown_table` shows a table as MyST Markdown, so the book renders it as an HTML table whose
-  cells may hold links and math, instead of fixed-width text wider than the page;
-* :func:`figure` opens a figure whose title is the question it answers; :func:`show` glues it under a name
-  that a ``{glue:figure}`` directive captions and labels, so the prose cites it with ``{numref}``. Before
-  gluing, :func:`show` draws the figure and refuses one with a defect a reader would see
-  (:func:`figure_defects`): tick labels that overprint each other, an axis offset text ("+2.771e1") on a
-  title, or a legend entry whose artist draws nothing inside its axes (bars a fraction of a pixel wide).
+  ``check.close``, ``check.between``, ``check.equal``): the verdict and the margin come from the same
+  comparison, so they cannot disagree. A check raises ``AssertionError`` when it fails; when it holds it
+  prints nothing and records a :class:`LedgerEntry` in the chapter's ledger. :func:`ledger`, the chapter's
+  last code cell, shows that ledger as one folded block ("What this chapter checked: 23 checks, tightest
+  margin 0.012") and stores its entries as data, which :func:`read_ledger` reads back from the notebooks;
+  :func:`read_states` reads the values :func:`state` glued;
+* :func:`markdown_table` shows a table as MyST Markdown with a caption, so the book renders it as a
+  captioned HTML table whose cells may hold links and math; :func:`summary_table` shows a few rows of a
+  long table with the whole of it folded below;
+* :func:`figure` and :func:`show` (from :mod:`lipnb.figures`): a figure whose title is the question it
+  answers, glued for a captioned ``{glue:figure}`` after :func:`figure_defects` found nothing a reader
+  would see wrong.
 
 The margin of a check is its slack relative to the threshold: ``(bound - value) / |bound|`` for an upper
 bound, ``1 - |value - reference| / tolerance`` for closeness. It is 0 at the edge of failing and negative
 when the check fails. An upper bound or a closeness that holds with a margin of at least 0.5 is reported
-as such ("every error ≤ half of rtol 1e-12", margin 0.5): its exact value is often rounding noise, whose
-digits would differ from one CPU to another; the tight checks, the ones the ledger is for, print in full.
-Outside a notebook build (plain Python) gluing is skipped and values are returned.
+as such ("= to rtol 1e-12, every error ≤ half of it", margin 0.5): its exact value is often rounding noise,
+whose digits would differ from one CPU to another. Outside a notebook (plain Python) gluing and display
+are skipped and values are returned.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import numpy as np
-from matplotlib.artist import Artist
-from matplotlib.axes import Axes
-from matplotlib.axis import Axis
-from matplotlib.collections import Collection
-from matplotlib.container import Container
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.text import Text
-from matplotlib.transforms import Bbox
 
-__all__ = ["Check", "LedgerEntry", "check", "figure", "figure_defects", "markdown_table", "read_ledger",
-           "read_states", "show", "state"]
+from .figures import figure, figure_defects, show
+
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "check", "figure", "figure_defects", "ledger", "markdown_table",
+           "read_ledger", "read_states", "show", "state", "summary_table"]
 
 Number = float | int | np.ndarray
+# The key of the output metadata under which ledger() stores its entries (read by read_ledger): metadata,
+# not a mime type of its own, so that no notebook renderer has a type it does not know.
+LEDGER_KEY = "lipnb-ledger"
 
 
 def _glue(name: str, value: object) -> None:
@@ -96,17 +93,58 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _pair(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart."""
+    for digits in range(4, 18):
+        text_a, text_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if text_a != text_b:
+            break
+    return text_a, text_b
+
+
+def _number(x: object) -> float | str | None:
+    """A float for JSON when ``x`` is a finite number, else its text (None stays None)."""
+    if x is None or isinstance(x, str):
+        return x
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return repr(x)
+    return value if math.isfinite(value) else repr(value)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One check: its claim, the comparison as read (``detail``), its margin, and that comparison's parts."""
+
+    chapter: str
+    claim: str
+    detail: str
+    margin: float
+    value: float | str | None = None
+    op: str = ""
+    threshold: float | str | None = None
+
+    def line(self) -> str:
+        """The entry as one line: ``holds: <claim> | <detail> | margin <m>``."""
+        return f"holds: {self.claim} | {self.detail} | margin {self.margin:.2g}"
+
+
+# The checks that ran since the last ledger(): the chapter's ledger, shown and emptied by ledger().
+_LEDGER: list[LedgerEntry] = []
+
+
 class Check:
-    """Checks of claims stated as one comparison; each prints its ledger line and returns its margin."""
+    """Checks of claims stated as one comparison; each records its ledger entry and returns its margin."""
 
     @staticmethod
-    def _report(claim: str, holds: bool, detail: str, margin: float) -> float:
+    def _report(claim: str, holds: bool, detail: str, margin: float, value: object = None, op: str = "",
+                threshold: object = None) -> float:
         if not isinstance(claim, str) or not claim.strip():
             raise ValueError("check: the claim must be a non-empty sentence")
-        line = f"{'holds' if holds else 'FAILS'}: {claim} | {detail} | margin {margin:.2g}"
-        print(line)
         if not holds:
-            raise AssertionError(f"check failed: {line}")
+            raise AssertionError(f"check failed: FAILS: {claim} | {detail} | margin {margin:.2g}")
+        _LEDGER.append(LedgerEntry("", claim, detail, float(margin), _number(value), op, _number(threshold)))
         return margin
 
     def below(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
@@ -115,11 +153,12 @@ class Check:
         slack = (b - v) / np.where(b == 0, 1.0, np.abs(b))
         i = int(np.argmin(slack))
         holds = bool((v < b).all() if strict else (v <= b).all())
+        op = "<" if strict else "≤"
         if holds and slack.flat[i] >= FAR:
             # Comfortably inside: print the statement, not digits of noise (see FAR).
-            return self._report(claim, True, f"every value ≤ half of {_fmt(b.flat[i])}", FAR)
-        return self._report(claim, holds, f"{_fmt(v.flat[i])} {'<' if strict else '≤'} {_fmt(b.flat[i])}",
-                            float(slack.flat[i]))
+            return self._report(claim, True, f"every value ≤ half of {_fmt(b.flat[i])}", FAR, None, op, b.flat[i])
+        text_v, text_b = _pair(v.flat[i], b.flat[i])
+        return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i])
 
     def above(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
         """Every ``value`` is at least (``strict``: above) its ``bound``; margin ``min (value - bound) / |bound|``."""
@@ -127,8 +166,9 @@ class Check:
         slack = (v - b) / np.where(b == 0, 1.0, np.abs(b))
         i = int(np.argmin(slack))
         holds = bool((v > b).all() if strict else (v >= b).all())
-        return self._report(claim, holds, f"{_fmt(v.flat[i])} {'>' if strict else '≥'} {_fmt(b.flat[i])}",
-                            float(slack.flat[i]))
+        op = ">" if strict else "≥"
+        text_v, text_b = _pair(v.flat[i], b.flat[i])
+        return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i])
 
     def between(self, claim: str, value: Number, low: Number, high: Number) -> float:
         """Every ``value`` lies in ``[low, high]``; margin: the smaller relative slack of the two sides."""
@@ -139,8 +179,9 @@ class Check:
         slack = np.minimum(v - lo, hi - v) / width
         i = int(np.argmin(slack))
         holds = bool(((v >= lo) & (v <= hi)).all())
-        return self._report(claim, holds, f"{_fmt(v.flat[i])} in [{_fmt(lo.flat[i])}, {_fmt(hi.flat[i])}]",
-                            float(slack.flat[i]))
+        interval = f"[{_fmt(lo.flat[i])}, {_fmt(hi.flat[i])}]"
+        return self._report(claim, holds, f"{_fmt(v.flat[i])} in {interval}", float(slack.flat[i]), v.flat[i],
+                            "in", interval)
 
     def close(self, claim: str, value: Number, reference: Number, *, rtol: float = 0.0,
               atol: float = 0.0) -> float:
@@ -158,45 +199,98 @@ class Check:
         margin = 1.0 - float(ratio.flat[i])
         if holds and margin >= FAR:
             # Comfortably inside: which element is the worst, and by how much, is decided by noise (see FAR).
-            return self._report(claim, True, f"every error ≤ half of {tol_text}", FAR)
-        return self._report(claim, holds, f"{_fmt(v.flat[i])} vs {_fmt(r.flat[i])} within {tol_text}", margin)
+            return self._report(claim, True, f"= to {tol_text}, every error ≤ half of it", FAR, None, "=", tol_text)
+        return self._report(claim, holds, f"{_fmt(v.flat[i])} = {_fmt(r.flat[i])} to {tol_text}", margin,
+                            v.flat[i], "=", r.flat[i])
 
     def equal(self, claim: str, value: object, expected: object) -> float:
         """``value == expected`` exactly (counts, labels, sets); margin 1 when it holds, -1 when not."""
         holds = bool(np.all(np.asarray(value == expected)))
-        return self._report(claim, holds, f"{value!r} == {expected!r}", 1.0 if holds else -1.0)
+        return self._report(claim, holds, f"{value!r} = {expected!r} exactly", 1.0 if holds else -1.0, value, "==",
+                            expected)
 
 
 check = Check()
 
 
-@dataclass(frozen=True)
-class LedgerEntry:
-    """One check as a chapter printed it."""
-
-    chapter: str
-    claim: str
-    detail: str
-    margin: float
+def _html_of(item: object) -> str:
+    """An extra of :func:`ledger` as HTML: a table's HTML, a DataFrame's, or text kept as printed."""
+    for method in ("to_html", "_repr_html_"):
+        if callable(getattr(item, method, None)):
+            return getattr(item, method)()
+    return f"<pre>{html.escape(str(item))}</pre>"
 
 
+def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:
+    """Show the checks run since the last call as one folded block, and store them as data; call it last.
+
+    The block's title gives the count and the tightest margin; it lists every check, then ``extra`` (a
+    provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a list of
+    them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
+    :func:`read_ledger`.
+    Raises ``RuntimeError`` when no check ran: a chapter that calls it has claims to show.
+    """
+    if not _LEDGER:
+        raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
+    entries, tightest = list(_LEDGER), min(e.margin for e in _LEDGER)
+    summary = f"{title}: {len(entries)} checks, tightest margin {tightest:.2g}"
+    rows = "".join(f"<tr><td>{html.escape(e.claim)}</td><td>{html.escape(e.detail)}</td><td>{e.margin:.2g}</td>"
+                   "</tr>" for e in entries)
+    extras = [extra] if isinstance(extra, str) or not isinstance(extra, Sequence) else list(extra)
+    body = ("<table class=\"lipnb-ledger-table\"><caption>Each claim, the comparison that decided it, and its "
+            "margin: the slack relative to the threshold, 0 at the edge of failing</caption>"
+            f"<thead><tr><th>claim</th><th>checked</th><th>margin</th></tr></thead><tbody>{rows}</tbody></table>"
+            + "".join(_html_of(item) for item in extras))
+    page = f"<details class=\"lipnb-ledger\"><summary>{html.escape(summary)}</summary>{body}</details>"
+    text = "\n".join([summary, *(e.line() for e in entries)])
+    _LEDGER.clear()
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(text)
+        return
+    payload = {"checks": [{k: v for k, v in asdict(e).items() if k != "chapter"} for e in entries]}
+    display({"text/plain": text, "text/html": page}, metadata={LEDGER_KEY: payload}, raw=True)
+
+
+# The line a check printed before ledger() existed; still read from notebooks stored then.
 _LEDGER_LINE = re.compile(r"^(holds|FAILS): (?P<claim>.+) \| (?P<detail>.+) \| margin (?P<margin>\S+)$")
+_DETAIL = re.compile(r"^(?P<value>\S+) (?P<op>[≤≥<>=]|==|vs) (?P<threshold>\S+)")
+
+
+def _read(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _from_line(chapter: str, line: str) -> LedgerEntry | None:
+    m = _LEDGER_LINE.match(line)
+    if not m:
+        return None
+    parts = _DETAIL.match(m["detail"])
+    value, op, threshold = (_read(parts["value"]), parts["op"], _read(parts["threshold"])) if parts else \
+        (None, "", None)
+    return LedgerEntry(chapter, m["claim"], m["detail"], float(m["margin"]), value, op, threshold)
 
 
 def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
-    """Every check line in the stored outputs of the notebooks at ``paths`` (a ledger of the book)."""
+    """Every check in the stored outputs of the notebooks at ``paths`` (a ledger of the book), in order.
+
+    Reads what :func:`ledger` stored (full precision) and, from notebooks executed before it, printed lines.
+    """
     entries = []
     for path in paths:
-        cells = json.loads(Path(path).read_text(encoding="utf-8"))["cells"]
-        for cell in cells:
+        chapter = Path(path).stem
+        for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
             for out in cell.get("outputs", []):
-                if out.get("output_type") != "stream" or out.get("name") != "stdout":
-                    continue
-                text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
-                for line in text.splitlines():
-                    m = _LEDGER_LINE.match(line)
-                    if m:
-                        entries.append(LedgerEntry(Path(path).stem, m["claim"], m["detail"], float(m["margin"])))
+                stored = out.get("metadata", {}).get(LEDGER_KEY)
+                if stored is not None:
+                    entries += [LedgerEntry(chapter, **e) for e in stored["checks"]]
+                elif out.get("output_type") == "stream" and out.get("name") == "stdout":
+                    text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
+                    entries += [e for line in text.splitlines() if (e := _from_line(chapter, line))]
     return entries
 
 
@@ -212,149 +306,86 @@ def read_states(path: Path) -> dict[str, str]:
     return states
 
 
-def figure(title: str, *, ncols: int = 1, width: float = 6.0, height: float = 3.6,
-           sharey: bool = False) -> tuple[Figure, Axes | list[Axes]]:
-    """A figure whose title is the question it answers (one row of ``ncols`` panels)."""
-    fig, axes = plt.subplots(1, ncols, figsize=(width * (1 if ncols == 1 else ncols * 0.75), height),
-                             sharey=sharey, squeeze=False)
-    fig.suptitle(title, fontsize=11)
-    panels = list(axes[0])
-    for ax in panels:
-        ax.grid(True, which="both", alpha=0.25)
-    return fig, panels[0] if ncols == 1 else panels
+class Table:
+    """A table shown as MyST Markdown (the book renders a captioned HTML table); ``to_html`` for a folded block."""
+
+    def __init__(self, markdown: str, html_table: str) -> None:
+        self.data = markdown
+        self._html = html_table
+
+    def _repr_markdown_(self) -> str:
+        return self.data
+
+    def __repr__(self) -> str:
+        return self.data
+
+    def to_html(self) -> str:
+        """The table as plain HTML (links and math left as written), for :func:`ledger`'s folded block."""
+        return self._html
 
 
-# Two boxes that share less than this many pixels (at the figure's dpi) in either direction do not overlap.
-_OVERLAP_PX = 0.5
-
-
-def _text_box(text: Text, renderer) -> Bbox | None:
-    """The drawn extent of ``text``, or None when it draws nothing."""
-    if not (text.get_visible() and text.get_text().strip()):
-        return None
-    return text.get_window_extent(renderer)
-
-
-def _overlap(a: Bbox, b: Bbox) -> bool:
-    return (min(a.x1, b.x1) - max(a.x0, b.x0) > _OVERLAP_PX
-            and min(a.y1, b.y1) - max(a.y0, b.y0) > _OVERLAP_PX)
-
-
-def _tick_label_boxes(axis: Axis, renderer) -> list[tuple[str, Bbox]]:
-    """Every drawn tick label of ``axis`` (major and minor, both sides) inside its axes' span, with its box."""
-    span = axis.axes.get_window_extent(renderer)
-    lo, hi = (span.x0, span.x1) if axis.axis_name == "x" else (span.y0, span.y1)
-    boxes = []
-    for label in axis.get_ticklabels(which="both"):
-        box = _text_box(label, renderer)
-        if box is None:
-            continue
-        centre = (box.x0 + box.x1) / 2 if axis.axis_name == "x" else (box.y0 + box.y1) / 2
-        if lo - 1 <= centre <= hi + 1:  # a tick outside the view limits is not drawn
-            # the text as read: "$\mathdefault{3\times10^{0}}$" -> "3\times10^{0}"
-            boxes.append((re.sub(r"^\$\\mathdefault\{(.*)\}\$$", r"\1", label.get_text()), box))
-    return boxes
-
-
-def _drawn(artist: Artist | Container, renderer) -> bool:
-    """Whether ``artist`` puts at least a pixel of ink inside its axes (a legend handle that shows something)."""
-    if isinstance(artist, Container):  # bars of a histogram, an errorbar: drawn if any part is
-        return any(_drawn(part, renderer) for part in artist.get_children())
-    if not artist.get_visible() or artist.get_alpha() == 0:
-        return False
-    frame = artist.axes.get_window_extent(renderer) if artist.axes else artist.figure.bbox
-    if isinstance(artist, Line2D):
-        xy = artist.get_transform().transform(np.asarray(artist.get_xydata(), dtype=float))
-        xy = xy[np.isfinite(xy).all(axis=1)]
-        inside = xy[(xy[:, 0] >= frame.x0 - 1) & (xy[:, 0] <= frame.x1 + 1)
-                    & (xy[:, 1] >= frame.y0 - 1) & (xy[:, 1] <= frame.y1 + 1)]
-        if artist.get_marker() not in (None, "None", "", " ") and artist.get_markersize() > 0 and len(inside):
-            return True
-        if artist.get_linestyle() in ("None", "", " ") or artist.get_linewidth() <= 0 or not len(xy):
-            return False
-        seen = Bbox.intersection(Bbox([xy.min(axis=0), xy.max(axis=0)]), frame)
-        return seen is not None and max(seen.width, seen.height) >= 1
-    if isinstance(artist, Collection) and len(artist.get_offsets()) and len(getattr(artist, "get_sizes", list)()):
-        xy = artist.get_offset_transform().transform(np.asarray(artist.get_offsets(), dtype=float))
-        return bool(np.any((xy[:, 0] >= frame.x0) & (xy[:, 0] <= frame.x1)
-                           & (xy[:, 1] >= frame.y0) & (xy[:, 1] <= frame.y1)) and np.max(artist.get_sizes()) > 0)
-    seen = Bbox.intersection(artist.get_window_extent(renderer), frame)
-    return seen is not None and seen.width >= 1 and seen.height >= 1
-
-
-def figure_defects(fig: Figure) -> list[str]:
-    """What a reader would see wrong in ``fig`` once drawn: overprinted tick labels, an axis offset text on
-    a title, a legend entry whose artist draws nothing inside its axes. Empty when the figure is clean."""
-    fig.canvas.draw()
-    renderer = fig.canvas.get_renderer()
-    defects = []
-    titles = [t for parent in (fig, *fig.axes) for t in parent.get_children() if isinstance(t, Text)]
-    title_boxes = [(t.get_text(), box) for t in titles if (box := _text_box(t, renderer)) is not None]
-    for k, ax in enumerate(fig.axes):
-        where = f"axes {k}" + (f" ({ax.get_title()!r})" if ax.get_title() else "")
-        for axis in (ax.xaxis, ax.yaxis):
-            boxes = _tick_label_boxes(axis, renderer)
-            for i, (text_a, box_a) in enumerate(boxes):
-                for text_b, box_b in boxes[i + 1:]:
-                    if _overlap(box_a, box_b):
-                        defects.append(f"{where}: {axis.axis_name} tick labels '{text_a}' and '{text_b}' overlap")
-            offset = _text_box(axis.get_offset_text(), renderer)
-            for text, box in title_boxes if offset is not None else []:
-                if _overlap(offset, box):
-                    defects.append(f"{where}: the {axis.axis_name} axis offset "
-                                   f"{axis.get_offset_text().get_text()!r} sits on the text {text!r}")
-    legends = [(ax.get_legend(), [ax]) for ax in fig.axes if ax.get_legend()] + [(leg, fig.axes) for leg in fig.legends]
-    for legend, owners in legends:
-        handles: dict[str, list] = {}
-        for ax in owners:
-            # hist() of several data sets labels the first bar of each; the entry stands for all its bars
-            whole = {id(part): container for container in ax.containers for part in container.get_children()}
-            for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
-                handles.setdefault(label, []).append(whole.get(id(handle), handle))
-        for label in (t.get_text() for t in legend.get_texts()):
-            if label in handles and not any(_drawn(h, renderer) for h in handles[label]):
-                defects.append(f"legend entry {label!r} has nothing drawn inside its axes")
-    return defects
-
-
-def show(name: str, fig: Figure) -> Figure:
-    """Glue ``fig`` under ``name`` for a captioned ``{glue:figure}`` and close it (it is drawn once, there).
-
-    Raises ``ValueError`` listing :func:`figure_defects` when the drawn figure has any.
-    """
-    defects = figure_defects(fig)
-    if defects:
-        plt.close(fig)
-        raise ValueError(f"figure {name!r} has defects a reader would see:\n  " + "\n  ".join(defects))
-    _glue(name, fig)
-    plt.close(fig)
-    return fig
-
-
-def markdown_table(rows: list[dict[str, object]], formats: dict[str, str] | None = None) -> object:
-    """``rows`` (one dict per row, same keys) as a MyST Markdown table for ``display``; ``formats`` per column.
-
-    Cells are text as given (so they may hold ``{ref}`` links or ``$math$``); numbers are formatted with
-    the column's format (default ``.3g``). A ``|`` inside a cell is escaped, and LaTeX's ``\\|`` written ``\\Vert``.
-    """
-    from IPython.display import Markdown
-
+def _rows(rows: object) -> list[dict[str, object]]:
+    if hasattr(rows, "to_dict"):  # a pandas DataFrame
+        rows = rows.to_dict("records")
+    rows = list(rows)
     if not rows:
         raise ValueError("markdown_table: no rows")
     columns = list(rows[0])
     if any(list(row) != columns for row in rows):
         raise ValueError("markdown_table: every row must have the same columns, in the same order")
-    formats = formats or {}
+    return rows
 
+
+def _cells(rows: list[dict[str, object]], formats: dict[str, str]) -> list[list[str]]:
     def cell(column: str, value: object) -> str:
-        if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer))
-                                                      and column in formats):
-            text = format(value, formats.get(column, ".3g"))
-        else:
-            text = str(value)
-        # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.
-        return text.replace("\\|", "\\Vert ").replace("|", "\\|").replace("\n", " ")
+        if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+            return "–"  # no value: a dash, never "None" or "nan"
+        if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer)) and column in formats):
+            return format(value, formats.get(column, ".3g"))
+        return str(value).replace("\n", " ")
 
-    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    lines += ["| " + " | ".join(cell(c, row[c]) for c in columns) + " |" for row in rows]
-    return Markdown("\n".join(lines))
+    return [[cell(c, row[c]) for c in row] for row in rows]
+
+
+def markdown_table(rows: object, formats: dict[str, str] | None = None, *, caption: str = "",
+                   name: str = "") -> Table:
+    """``rows`` (one dict per row, same keys, or a DataFrame) as a captioned table for ``display``.
+
+    ``caption`` says what the cells are (e.g. "fitted exponent [95% bootstrap interval]"); a table without
+    one is flagged by the book's tests. ``name`` labels it for ``{numref}``. Cells are text as given (so they
+    may hold ``{ref}`` links or ``$math$``); numbers are formatted with the column's format (default ``.3g``);
+    a missing value (None, NaN) is a dash. A ``|`` inside a cell is escaped, and LaTeX's ``\\|`` written ``\\Vert``.
+    """
+    rows = _rows(rows)
+    columns, cells = list(rows[0]), _cells(rows, formats or {})
+    if not isinstance(caption, str) or not isinstance(name, str):
+        raise TypeError("markdown_table: caption and name are text")
+
+    def escape(text: str) -> str:
+        # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.
+        return text.replace("\\|", "\\Vert ").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(escape, columns)) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(map(escape, row)) + " |" for row in cells]
+    markdown = "\n".join(lines)
+    if caption or name:
+        label = f":name: {name}\n" if name else ""
+        markdown = f":::{{table}} {' '.join(caption.split())}\n{label}\n{markdown}\n:::"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    table = (f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+             f"<tbody>{body}</tbody></table>")
+    return Table(markdown, table)
+
+
+def summary_table(rows: object, full: object, formats: dict[str, str] | None = None, *, caption: str,
+                  name: str = "") -> Table:
+    """A few rows a reader reads (``rows``), captioned, with the whole table (``full``) folded below it.
+
+    For a frame of dozens of rows: choose the rows that answer the question (one per model, the extremes);
+    the full table stays one click away, in a dropdown under the same caption.
+    """
+    shown, whole = markdown_table(rows, formats, caption=caption, name=name), _rows(full)
+    folded = markdown_table(whole, formats, caption=f"{caption} (all {len(whole)} rows)")
+    markdown = f"{shown.data}\n\n::::{{dropdown}} The full table ({len(whole)} rows)\n{folded.data}\n::::"
+    return Table(markdown, shown.to_html() + folded.to_html())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -27,7 +28,7 @@ from typing import TypeVar
 import pandas as pd
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 __all__ = [
     "CACHE_ENV",
@@ -180,7 +181,19 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     return table
 
 
+def progress_bar(**options) -> tqdm:
+    """A text progress bar on the process's own stderr, never in a notebook cell's output.
+
+    It is drawn when that stderr is a terminal (a script run by hand), or always with ``LIPNB_PROGRESS=1``;
+    never with ``LIPNB_PROGRESS=0``. Inside a Jupyter kernel ``sys.__stderr__`` is the kernel's log, not
+    the cell's output, so no bar is stored in a notebook or compared by nbval, whatever the environment.
+    """
+    stream = sys.__stderr__
+    setting = os.environ.get("LIPNB_PROGRESS", "auto")
+    shown = stream is not None and (setting == "1" or (setting != "0" and stream.isatty()))
+    return tqdm(file=stream, disable=not shown, **options)
+
+
 def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
-    """A tqdm progress bar that stays quiet when ``LIPNB_PROGRESS=0`` (as in CI logs)."""
-    disable = os.environ.get("LIPNB_PROGRESS", "1") == "0"
-    return iter(tqdm(items, desc=desc, total=total, disable=disable, leave=False))
+    """Iterate ``items`` under a :func:`progress_bar` that disappears when done."""
+    return iter(progress_bar(iterable=items, desc=desc, total=total, leave=False))

@@ -48,8 +48,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "_build" / "html"
 SCREENS = ROOT / "_build" / "screens"
 SOURCES = ["book", "_config.yml", "_toc.yml", "_ext", "_static"]
-SCREENSHOTS = {"book/intro": "landing", "book/04_tightness": "chapter04", "book/29_results_at_a_glance": "glance",
-               "book/34_two_papers": "two-papers", "book/10_performance": "performance"}
+# Full-page screenshots of every page, cut at this height (a page longer than that is itself a defect to fix).
+SCREENSHOT_MAX_PX = 60_000
 PAGE_TIMEOUT_S = 60.0
 # Tables printed as text wider than the column that chapters still print (issue 26): book.js lets them
 # scroll, but a reader must scroll each row; they are to be shown with lipnb.report.markdown_table. A page
@@ -161,6 +161,48 @@ CHECK_PAGE_JS = r"""
       problems.push(`content clipped by ${el.tagName.toLowerCase()}.${el.className} (${el.scrollWidth} > `
                     + `${el.clientWidth} px): ` + snippet(el.textContent));
     }
+  }
+  // What a reader should never see. Source text of a directive or role that did not render (a fence whose
+  // title broke it shows "```{prf:lemma}" as text and the next block as code), outside the cells' code.
+  const shown = article.cloneNode(true);
+  for (const el of shown.querySelectorAll('div.cell_input, script, style, mjx-container')) el.remove();
+  const source = /(```+|:::+)\s*\{[\w:-]+\}[^\n]{0,60}|^\s*:(label|name|class):[^\n]{0,40}/gm;
+  for (const m of shown.textContent.matchAll(source)) {
+    problems.push('directive shown as text: ' + snippet(m[0]));
+  }
+  // A glued value printed as a quoted literal ('17'): {glue} of a string where {glue:text} was meant.
+  for (const el of article.querySelectorAll('code, .pasted-inline, .pasted-text')) {
+    if (!el.closest('div.cell_input, div.cell_output, pre') && /^(['"])[-+−\d.,%x ]+\1$/.test(el.textContent.trim())) {
+      problems.push('glued value printed as a quoted literal: ' + el.textContent.trim() + ' in: '
+                    + snippet(el.parentElement.textContent));
+    }
+  }
+  // The work tracker, which readers never saw ("issue 23", "#32"; an issue of a journal is fine).
+  for (const m of article.textContent.matchAll(/.{0,40}(\b[Ii]ssues?\b(?! of)|(?<![\w&])#\d+\b).{0,40}/g)) {
+    problems.push('names the work tracker: ' + snippet(m[0]));
+  }
+  // A wall of check lines: five or more "holds: ... | margin ..." lines in a row in one output.
+  for (const el of article.querySelectorAll('div.cell_output pre, div.output pre')) {
+    let run = 0, longest = 0;
+    for (const line of el.textContent.split('\n')) {
+      run = /^(holds|FAILS): .*\| margin \S+\s*$/.test(line) ? run + 1 : 0;
+      longest = Math.max(longest, run);
+    }
+    if (longest >= 5) problems.push(`${longest} check lines printed in a row (show them with report.ledger()): `
+                                    + snippet(el.textContent));
+  }
+  // Every figure has a caption: an image (or inline SVG) that no figure with a non-empty caption holds.
+  for (const img of article.querySelectorAll('img, div.cell_output svg')) {
+    if (img.closest('mjx-container, summary, button, a.reference')) continue;
+    const caption = img.closest('figure') && img.closest('figure').querySelector('figcaption');
+    if (!caption || !caption.textContent.trim()) {
+      problems.push('figure without a caption: ' + (img.getAttribute('src') || img.tagName.toLowerCase()));
+    }
+  }
+  // No page scrolls sideways at this width.
+  const page = document.scrollingElement || document.documentElement;
+  if (page.scrollWidth > window.innerWidth) {
+    problems.push(`the page scrolls sideways (${page.scrollWidth} > ${window.innerWidth} px)`);
   }
   const links = [...document.querySelectorAll('a[href]')].map((a) => a.href);
   const images = [...article.querySelectorAll('img')].map((img) => img.src);
@@ -332,15 +374,13 @@ def _broken_links(links: list[str], origin: str, site: Path) -> list[str]:
     return broken
 
 
-def _screenshot(cdp: CDP, name: str) -> None:
+def _screenshot(cdp: CDP, page: str) -> None:
+    """The whole page at 1280 px, top to bottom, in ``_build/screens/<page path with '-'>.png``."""
     SCREENS.mkdir(parents=True, exist_ok=True)
-    shot = cdp.send("Page.captureScreenshot", format="png")
-    (SCREENS / f"{name}.png").write_bytes(base64.b64decode(shot["data"]))
-    first_table = "(document.querySelector('article table') || document.querySelector('article .cell_output'))"
-    if cdp.evaluate(f"!!{first_table}"):
-        cdp.evaluate(f"{first_table}.scrollIntoView({{block: 'start'}}); true")
-        shot = cdp.send("Page.captureScreenshot", format="png")
-        (SCREENS / f"{name}-output.png").write_bytes(base64.b64decode(shot["data"]))
+    size = cdp.send("Page.getLayoutMetrics")["cssContentSize"]
+    clip = {"x": 0, "y": 0, "width": 1280, "height": min(size["height"], SCREENSHOT_MAX_PX), "scale": 1}
+    shot = cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)
+    (SCREENS / f"{page.replace('/', '-')}.png").write_bytes(base64.b64decode(shot["data"]))
 
 
 def _repeated_figures(images: list[str], origin: str, site: Path) -> list[str]:
@@ -364,8 +404,7 @@ def _repeated_figures(images: list[str], origin: str, site: Path) -> list[str]:
 def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> None:
     """The page loads offline with no error, every formula typeset, every image, link and table whole."""
     visit = _visit(browser, f"{server}/{page}.html", server)
-    if page in SCREENSHOTS:
-        _screenshot(browser, SCREENSHOTS[page])
+    _screenshot(browser, page)
     problems = visit.problems + _broken_links(visit.links, server, site) + _repeated_figures(visit.images, server, site)
     text_tables = [p for p in problems if p.startswith("text table wider than its column")]
     if len(text_tables) <= TEXT_TABLES_TO_CONVERT.get(page, 0):
@@ -379,20 +418,61 @@ PLANTED = """<html><body><article style="width: 600px">
 <div><table class="table"><tr><td>{word}</td><td>verdict</td></tr></table></div>
 <div style="overflow: hidden; width: 300px"><span style="white-space: nowrap">{sentence}</span></div>
 <p>{markdown}</p>
+<p>Of the paper's <span class="pasted-inline"><code class="docutils literal notranslate">'17'</code></span> numbers.</p>
+<p>The tenfold the issue asked.</p>
+<p>Fixed in #32.</p>
+<div class="cell_output"><div class="output"><pre>{checks}</pre></div></div>
+<div class="cell_output"><img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=" alt=""></div>
+<div style="width: 1500px">a line wider than the window</div>
 </article></body></html>"""
 
 
-def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
-    """A text table wider than its column, a table whose last column is off-screen, content cut by a box
-    that hides its overflow and a Markdown table left as text are each reported."""
-    table = "\n".join("   ".join(f"{c}{r:>12}" for c in "abcdefghijkl") for r in range(4))
-    page = PLANTED.format(table=table, word="x" * 200, sentence="a sentence cut at the edge " * 10,
-                          markdown="| claim | verdict | |---|---| | a | holds |")
+def _planted_problems(browser: CDP, page: str) -> list[str]:
     html = base64.b64encode(page.encode()).decode()
-    problems = _visit(browser, f"data:text/html;base64,{html}", "data:").problems
+    return _visit(browser, f"data:text/html;base64,{html}", "data:").problems
+
+
+def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
+    """Each defect a reader would see is reported: a text table wider than its column, a table whose last
+    column is off-screen, content cut by a box that hides its overflow, a Markdown table left as text, a
+    glued value as a quoted literal, the work tracker named, five check lines in a row, a figure without a
+    caption, a page that scrolls sideways at 1280 px."""
+    table = "\n".join("   ".join(f"{c}{r:>12}" for c in "abcdefghijkl") for r in range(4))
+    checks = "\n".join(f"holds: claim {i} | {i} ≤ 10 | margin 0.{i}" for i in range(1, 6))
+    page = PLANTED.format(table=table, word="x" * 200, sentence="a sentence cut at the edge " * 10,
+                          markdown="| claim | verdict | |---|---| | a | holds |", checks=checks)
+    problems = _planted_problems(browser, page)
     for kind in ("text table wider than its column", "table wider than its column", "content clipped by div",
-                 "Markdown table left as text"):
+                 "Markdown table left as text", "glued value printed as a quoted literal: '17'",
+                 "names the work tracker: The tenfold the issue asked", "names the work tracker: Fixed in #32",
+                 "5 check lines printed in a row", "figure without a caption: data:image/gif",
+                 "the page scrolls sideways"):
         assert any(p.startswith(kind) for p in problems), f"{kind!r} not reported; got {problems}"
+    clean = PLANTED.format(table="a  b", word="x", sentence="short", markdown="",
+                           checks="holds: one | 1 ≤ 2 | margin 0.5")
+    clean = re.sub(r"<p>(Of the|The tenfold|Fixed in).*?</p>|<div class=\"cell_output\"><img.*?</div>|"
+                   r"<div style=\"width: 1500px\">.*?</div>", "", clean, flags=re.S)
+    assert _planted_problems(browser, clean) == []
+
+
+def test_the_page_check_finds_a_directive_shown_as_text(browser: CDP) -> None:
+    """Chapter 15's lemma before the fix: a backtick fence whose title holds a role is no fence, so the page
+    shows "```{prf:lemma}" as text and the proof as a block of LaTeX source. Rendered by MyST here."""
+    from docutils.core import publish_string
+    from myst_parser.parsers.docutils_ import Parser
+
+    source = ("```{prf:lemma} The maximum of {eq}`eq-lambert` is at equal distances\n"
+              ":label: lemma-lambert-equal\n\nOn $[0, \\infty)$ the supremum is attained.\n```\n\n"
+              "```{prf:proof}\nBy induction on $N$.\n```\n")
+    html = publish_string(source, parser=Parser(), writer_name="html5", settings_overrides={
+        "myst_enable_extensions": ["colon_fence", "dollarmath"], "report_level": 5, "output_encoding": "unicode"})
+    body = html[html.index("<body>") + 6:html.index("</body>")]
+    problems = _planted_problems(browser, f"<html><body><article>{body}</article></body></html>")
+    shown = [p for p in problems if p.startswith("directive shown as text")]
+    assert any("```{prf:lemma} The maximum of" in p for p in shown), problems
+    assert any("```{prf:proof}" in p for p in shown), problems
+    fixed = source.replace("```{prf:lemma}", ":::{prf:lemma}").replace("attained.\n```", "attained.\n:::")
+    assert "```{prf:lemma}" not in fixed and fixed.count(":::") == 2
 
 
 def _make_targets(makefile: str) -> set[str]:

@@ -1,6 +1,11 @@
 """Colab: every chapter starts with the cell that installs the book there, from the address in _config.yml.
 
-The cell is run verbatim in a fresh interpreter with a fake Colab: a ``google.colab`` module, a ``pip``
+The cell's install is checked twice: offline, in a fake Colab whose ``pip`` records what it would install;
+and for real (``LIPNB_FRESH_ENV=1``, needs the package index, run by ``.ci/run``, not by ``make test``):
+a fresh virtual environment holding only PyTorch (as Colab has) and what the cell installs loads every
+offline model and imports every module the chapters import.
+
+In the fake, the cell is run verbatim in a fresh interpreter with a fake Colab: a ``google.colab`` module, a ``pip``
 that records its arguments and "installs" a stub ``lipnb`` that records the profile it is given. Nothing
 reaches the network.
 """
@@ -20,7 +25,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "_ext"))
-from colab_cell import MARKER, first_cell, repository_url  # noqa: E402
+from colab_cell import MARKER, NO_DEPS, first_cell, repository_url  # noqa: E402
+
+from lipnb.loading import HUB_MODELS, MODEL_NAMES  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "book").glob("[0-9]*.md"))
 
@@ -76,7 +83,8 @@ def _run_cell(tmp_path: Path, source: str, colab: bool, installed: bool) -> list
 
 def test_install_cell_installs_from_the_configured_repository_on_colab(tmp_path: Path) -> None:
     calls = _run_cell(tmp_path, first_cell(), colab=True, installed=False)
-    assert calls == [["pip", "install", "-q", f"git+{repository_url()}"], ["set_profile", "quick"]]
+    assert calls == [["pip", "install", "-q", f"lipnb[book] @ git+{repository_url()}"],
+                     ["pip", "install", "-q", "--no-deps", NO_DEPS], ["set_profile", "quick"]]
 
 
 def test_install_cell_does_nothing_outside_colab(tmp_path: Path) -> None:
@@ -108,3 +116,74 @@ def test_chapter_starts_with_the_colab_cell(chapter: Path) -> None:
     assert code[0].source == first_cell(), (
         f"{chapter.name}: its first cell differs from the one built from _config.yml: run `python _ext/colab_cell.py`"
     )
+
+
+def test_the_cell_installs_what_the_build_pins() -> None:
+    """The ``book`` extra and the no-deps package are pinned as requirements.txt and the Makefile pin them."""
+    import tomllib
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["book"]
+    pinned = set((ROOT / "requirements.txt").read_text().split())
+    assert set(extra) <= pinned, f"pin these in requirements.txt as in pyproject's book extra: {set(extra) - pinned}"
+    assert f"--no-deps {NO_DEPS}" in (ROOT / "Makefile").read_text()
+
+
+def _chapter_imports() -> set[str]:
+    """Every top-level module a chapter's code imports."""
+    import ast
+
+    modules = set()
+    for chapter in CHAPTERS:
+        for cell in jupytext.read(chapter).cells:
+            if cell.cell_type != "code":
+                continue
+            code = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith(("%", "!")))
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.Import):
+                    modules |= {alias.name.split(".")[0] for alias in node.names}
+                elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                    modules.add(node.module.split(".")[0])
+    return modules
+
+
+# What Colab has before the first cell runs and a fresh virtual environment does not: PyTorch, IPython.
+COLAB_HAS = ["torch==2.13.0", "ipython"]
+LOADS = """
+import importlib, json, sys
+import lipnb
+from lipnb.loading import HUB_MODELS, MODEL_NAMES
+for module in json.loads(sys.argv[1]):
+    importlib.import_module(module)
+for name in MODEL_NAMES:
+    if name not in HUB_MODELS:
+        model, tokenizer = lipnb.load(name)
+        print("loaded", name, type(model).__name__, flush=True)
+"""
+
+
+@pytest.mark.skipif(os.environ.get("LIPNB_FRESH_ENV") != "1",
+                    reason="builds a virtual environment from the package index (minutes): LIPNB_FRESH_ENV=1")
+def test_every_model_loads_from_the_first_cell_alone(tmp_path: Path) -> None:
+    """A fresh venv with Colab's PyTorch and IPython, then the chapters' first cell on a fake Colab (installing
+    this checkout instead of the repository address), then every chapter's imports and offline models."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    subprocess.run([python, "-m", "pip", "install", "-q", *COLAB_HAS], check=True)
+    fake = tmp_path / "fake"
+    (fake / "google" / "colab").mkdir(parents=True)
+    (fake / "google" / "__init__.py").write_text("")
+    (fake / "google" / "colab" / "__init__.py").write_text("")
+    cell = first_cell().replace(f"git+{repository_url()}", ROOT.as_uri())
+    env = {**os.environ, "PYTHONPATH": str(fake)}
+    env.pop("LIPNB_CACHE_DIR", None)
+    done = subprocess.run([python, "-c", "import google.colab\n" + cell], cwd=tmp_path, env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    env.pop("PYTHONPATH")
+    env["LIPNB_CACHE_DIR"] = str(tmp_path / "cache")
+    modules = sorted(_chapter_imports() - {"lipnb"})
+    done = subprocess.run([python, "-c", LOADS, json.dumps(modules)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True)
+    assert done.returncode == 0, done.stdout + done.stderr[-4000:]
+    assert done.stdout.count("loaded ") == len([n for n in MODEL_NAMES if n not in HUB_MODELS])

@@ -6,18 +6,46 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
-from lipnb import report
+from lipnb import figures, report
 from lipnb.report import check
 
 
-def test_below_prints_its_margin_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(autouse=True)
+def empty_ledger() -> None:
+    """Each test starts with an empty ledger (checks of another test are not its own)."""
+    report._LEDGER.clear()
+
+
+def test_below_records_its_margin_prints_nothing_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert check.below("1.5 is at most 2", 1.5, 2.0) == pytest.approx(0.25)
-    assert capsys.readouterr().out.strip() == "holds: 1.5 is at most 2 | 1.5 ≤ 2 | margin 0.25"
+    assert capsys.readouterr().out == ""
+    (entry,) = report._LEDGER
+    assert (entry.claim, entry.detail, entry.value, entry.op, entry.threshold) == ("1.5 is at most 2", "1.5 ≤ 2",
+                                                                                   1.5, "≤", 2.0)
+    assert entry.line() == "holds: 1.5 is at most 2 | 1.5 ≤ 2 | margin 0.25"
     with pytest.raises(AssertionError, match="check failed: FAILS: 3 is at most 2"):
         check.below("3 is at most 2", 3.0, 2.0)
+    assert len(report._LEDGER) == 1, "a failed check is an error, not a ledger entry"
+
+
+def test_an_equality_reads_as_an_equality() -> None:
+    """A value at its bound shows the digits that tell them apart; close and equal read "=", never "1 > 1"."""
+    check.above("one above one", 1.0 + 3e-12, 1.0, strict=True)
+    check.below("a value at its bound", 0.2505, 0.2505 * (1 + 1e-12))
+    check.close("the closed form", 0.2505002, 0.2505, rtol=1e-6)
+    check.close("exact to rounding", 1.0, 1.0, rtol=1e-12)
+    check.equal("three clusters", 3, 3)
+    details = [e.detail for e in report._LEDGER]
+    assert details[0] == "1.000000000003 > 1"
+    assert details[1] == "0.2505 ≤ 0.2505000000003"
+    assert details[2] == "0.2505 = 0.2505 to rtol 1e-06"
+    assert details[3] == "= to rtol 1e-12, every error ≤ half of it"
+    assert details[4] == "3 = 3 exactly"
+    assert [e.op for e in report._LEDGER] == [">", "≤", "=", "=", "=="]
 
 
 def test_verdict_and_margin_agree_on_arrays() -> None:
@@ -50,15 +78,53 @@ def test_equal_and_bad_input() -> None:
         check.below("", 1.0, 2.0)
 
 
-def test_ledger_reads_the_check_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    check.below("a tight claim", 3.0, 4.0)
-    text = capsys.readouterr().out
+def test_ledger_reads_the_old_check_lines(tmp_path: Path) -> None:
+    text = "holds: a tight claim | 3 ≤ 4 | margin 0.25\n"
     nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "stream", "name": "stdout",
                                                         "text": ["noise\n", text]}]}]}
     path = tmp_path / "07_demo.ipynb"
     path.write_text(json.dumps(nb))
     (entry,) = report.read_ledger([path])
     assert entry.chapter == "07_demo" and entry.margin == pytest.approx(0.25) and "3 ≤ 4" in entry.detail
+    assert (entry.value, entry.op, entry.threshold) == (3.0, "≤", 4.0)
+
+
+def _run_ledger(monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[dict, dict]:
+    """What ledger() displays: the one raw mime bundle it passes to IPython's display, and its metadata."""
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, metadata, raw=False: shown.append((obj, metadata, raw)))
+    report.ledger(**kwargs)
+    ((bundle, metadata, raw),) = shown
+    assert raw and set(bundle) == {"text/plain", "text/html"}
+    return bundle, metadata
+
+
+def test_ledger_shows_one_folded_block_and_stores_full_precision(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(RuntimeError, match="no check ran"):
+        report.ledger()
+    check.below("a tight claim", 0.987654321987, 1.0)
+    check.close("far inside", 1.0, 1.0, rtol=1e-12)
+    check.equal("a count", 3, 3)
+    extra = ["provenance: seed 0", report.markdown_table([{"a": 1.5}], caption="c")]
+    bundle, metadata = _run_ledger(monkeypatch, extra=extra)
+    page = bundle["text/html"]
+    assert page.startswith('<details class="lipnb-ledger"><summary>What this chapter checked: 3 checks, '
+                           "tightest margin 0.012</summary>")
+    assert page.count("<tr>") == 4 + 2 and "<caption>" in page and "<pre>provenance: seed 0</pre>" in page
+    assert "<td>1.5</td>" in page
+    assert bundle["text/plain"].splitlines()[0] == "What this chapter checked: 3 checks, tightest margin 0.012"
+    assert report._LEDGER == [], "the ledger is emptied once shown"
+    nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "display_data", "metadata": metadata,
+                                                        "data": bundle}]}]}
+    path = tmp_path / "09_demo.ipynb"
+    path.write_text(json.dumps(nb))
+    tight, far, count = report.read_ledger([path])
+    assert tight.chapter == "09_demo" and tight.value == 0.987654321987 and tight.margin == pytest.approx(0.012345678)
+    assert (far.op, far.margin, far.value, far.threshold) == ("=", 0.5, None, "rtol 1e-12")
+    assert (count.op, count.value) == ("==", 3.0)
+    with pytest.raises(RuntimeError, match="no check ran"):
+        report.ledger()
 
 
 def test_read_states_reads_what_state_glued(tmp_path: Path) -> None:
@@ -100,16 +166,38 @@ def test_markdown_table_formats_numbers_and_escapes_pipes() -> None:
         report.markdown_table([{"a": 1}, {"b": 2}])
 
 
-def test_a_check_far_inside_prints_no_rounding_noise(capsys: pytest.CaptureFixture[str]) -> None:
-    """Errors of 1.4e-14 and 1.6e-14 against 1e-12 print the same line: the digits of noise are not shown."""
+def test_markdown_table_has_a_caption_and_a_dash_for_missing_values() -> None:
+    """The book renders ``:::{table} caption`` as an HTML table with a <caption>; None and NaN read "–"."""
+    table = report.markdown_table(pd.DataFrame({"model": ["minilm", "gpt2"], "exponent": [0.25, np.nan],
+                                                "note": [None, "x"]}),
+                                  caption="fitted exponent [95%  bootstrap interval]", name="tab-demo")
+    assert table.data.splitlines() == [":::{table} fitted exponent [95% bootstrap interval]", ":name: tab-demo", "",
+                                       "| model | exponent | note |", "|---|---|---|", "| minilm | 0.25 | – |",
+                                       "| gpt2 | – | x |", ":::"]
+    assert table.to_html().startswith("<table><caption>fitted exponent [95%  bootstrap interval]</caption>")
+    assert repr(table) == table.data and table._repr_markdown_() == table.data
+
+
+def test_summary_table_folds_the_full_table() -> None:
+    full = [{"n": n, "value": n / 3} for n in range(49)]
+    table = report.summary_table(full[:: 16], full, {"n": "d"}, caption="value per length")
+    text = table.data
+    assert text.startswith(":::{table} value per length\n")
+    assert "::::{dropdown} The full table (49 rows)\n:::{table} value per length (all 49 rows)" in text
+    assert text.endswith(":::\n::::") and text.count("| 48 |") == 2 and text.count("| 47 |") == 1
+
+
+def test_a_check_far_inside_prints_no_rounding_noise() -> None:
+    """Errors of 1.4e-14 and 1.6e-14 against 1e-12 read the same: the digits of noise are not shown."""
     lines = []
     for noise in (1.36e-16, 1.639e-16):
         assert check.below("error at rounding level", noise * 100, 1e-12) == 0.5
         assert check.close("identity", [1.0 + noise, 2.0], [1.0, 2.0 + noise], rtol=1e-14) == 0.5
-        lines.append(capsys.readouterr().out)
-    assert lines[0] == lines[1] and "1.36" not in lines[0]
+        lines.append([e.line() for e in report._LEDGER])
+        report._LEDGER.clear()
+    assert lines[0] == lines[1] and "1.36" not in str(lines[0])
     assert check.below("tight", 0.7, 1.0) == pytest.approx(0.3)
-    assert "0.7 ≤ 1" in capsys.readouterr().out
+    assert report._LEDGER[-1].detail == "0.7 ≤ 1"
 
 
 def _clean_figure():
@@ -142,7 +230,7 @@ def test_show_refuses_an_offset_text_on_a_title() -> None:
     fig, axes = report.figure("Offset on a title", ncols=2, width=4.2)
     for ax in axes:
         points = ax.scatter([1, 2, 3], [1, 2, 3], c=[27.7095, 27.71, 27.7102])
-        ax.set_title("gpt2-random, layer 6, a long title", fontsize=9)
+        ax.set_title("gpt2-random, layer 6, a long title", fontsize=10)
         fig.colorbar(points, ax=ax, label="radius")
     fig.tight_layout()
     defects = report.figure_defects(fig)
@@ -173,3 +261,75 @@ def test_show_refuses_a_legend_entry_with_nothing_drawn() -> None:
     ax.axvline(0.5, color="k", label="1/2")
     ax.legend()
     assert report.figure_defects(fig) == []
+
+
+def test_figure_defects_finds_a_colour_bar_over_the_next_panel() -> None:
+    """SmolLM2's Fig. 13.3 before the fix: a heat map's colour bar whose tick labels overprint the next panel's
+    y tick labels, and the two panels' y labels drawn on each other."""
+    fig, axes = report.figure("Two heat maps side by side", ncols=2, width=4.5)
+    for ax, left in zip(axes, (0.1, 0.6), strict=True):
+        image = ax.imshow(np.arange(30.0).reshape(5, 6) * 1e3, aspect="auto")
+        ax.set_ylabel("layer")
+        ax.set_yticks(range(5), [f"layer {i}" for i in range(5)])
+        ax.set_position((left + 0.1, 0.15, 0.28, 0.7))
+    fig.colorbar(image, cax=fig.add_axes((0.56, 0.15, 0.02, 0.7)), label="2γR²")
+    defects = report.figure_defects(fig)
+    tick_on_tick = "axes 1's y tick label 'layer 0' and colour bar 2's y tick label"
+    assert any(d.startswith(tick_on_tick) for d in defects), defects
+    assert any(d.startswith("axes 1's 'layer' and colour bar 2's") for d in defects), defects
+    with pytest.raises(ValueError, match="overprint each other"):
+        report.show("fig-cbar", fig)
+    fig, axes = report.figure("The same, laid out", ncols=2, width=4.5)
+    for ax in axes:
+        image = ax.imshow(np.arange(30.0).reshape(5, 6) * 1e3, aspect="auto")
+        ax.set_ylabel("layer")
+    fig.colorbar(image, ax=axes, label="2γR²")
+    fig.set_layout_engine("constrained")
+    assert report.figure_defects(fig) == []
+
+
+def test_small_legend_text_is_a_defect_and_show_enlarges_it() -> None:
+    """A 6-pt legend in a figure shrunk to the column reads at 6 px: a defect; show() raises it to 80% of the
+    body text, so the stored figure reads."""
+    fig, ax = report.figure("A small legend", width=6.5)
+    ax.plot([1, 2, 3], [1, 4, 9], "o-", label="squares")
+    ax.legend(fontsize=6)
+    (defect,) = report.figure_defects(fig)
+    assert defect.startswith("text 'squares' is 6 pt: 8.0 px on the page, below 12.8 px"), defect
+    assert figures._enlarge_small_text(fig)
+    assert ax.get_legend().get_texts()[0].get_fontsize() == pytest.approx(9.6)
+    assert report.figure_defects(fig) == []
+    wide, _ = report.figure("Never wider than the column", ncols=3, width=4.2)
+    assert wide.get_figwidth() == pytest.approx(7.0)
+
+
+def test_show_glues_a_reproducible_svg(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stored figure is vector (SVG), byte for byte the same on every run (no date, fixed ids)."""
+    glued = []
+    monkeypatch.setattr("myst_nb.glue", lambda name, obj, display: glued.append((name, obj.data)))
+    for _ in range(2):
+        fig, _ = _clean_figure()
+        report.show("fig-svg", fig)
+    (name, first), (_, second) = glued
+    assert name == "fig-svg" and first.startswith("<svg") and first == second
+
+
+def test_progress_bars_never_reach_the_cell_output(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A sweep's bar goes to the process's own stderr, and only when it is a terminal or LIPNB_PROGRESS=1:
+    inside a notebook kernel (whose sys.stderr is the cell's output) nothing is printed, whatever the setting."""
+    import io
+
+    from lipnb.results import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for setting, tty, drawn in (("", False, False), ("", True, True), ("0", True, False), ("1", False, True)):
+        process_stderr = Terminal() if tty else io.StringIO()
+        monkeypatch.setattr("sys.__stderr__", process_stderr)
+        monkeypatch.setenv("LIPNB_PROGRESS", setting) if setting else monkeypatch.delenv("LIPNB_PROGRESS", False)
+        assert list(progress(range(3), "sweep")) == [0, 1, 2]
+        assert ("sweep" in process_stderr.getvalue()) == drawn, (setting, tty)
+        assert capsys.readouterr() == ("", ""), "nothing in the cell's own streams"

@@ -1,0 +1,190 @@
+"""Character-level language models with dot-product, L2 and contractive L2 attention (Kim et al., 2021, Sec. 5).
+
+The paper trained character-level Transformers on Penn Treebank; the book trains them on AG_NEWS's text
+(:mod:`lipnb.charlm_runs`). Every model has the same size: pre-LayerNorm blocks ``x + MHA(LN x)``,
+``x + MLP(LN x)``, causal masks; only the attention changes. ``"l2"`` is tied L2 attention (Sec. 3),
+``"l2-contractive"`` divides its output by the 2-norm bound of Theorem 3.2 (sharpened) when it exceeds 1,
+so that every attention branch is 1-Lipschitz in the unmasked case.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+from .checks import check_positive_int
+from .l2_bounds import phi_inverse
+
+__all__ = [
+    "Attention",
+    "CharLM",
+    "CharLMConfig",
+    "Kind",
+    "char_corpus",
+    "ngram_bits_per_char",
+    "train_char_lm",
+]
+
+Kind = Literal["dot", "l2", "l2-contractive"]
+
+
+@dataclass(frozen=True)
+class CharLMConfig:
+    """Model and training sizes: width ``d``, ``heads``, ``depth`` blocks, ``context`` characters, ``steps`` of Adam."""
+
+    d: int = 32
+    heads: int = 2
+    depth: int = 2
+    context: int = 32
+    batch: int = 32
+    steps: int = 150
+    lr: float = 3e-3
+    seed: int = 0
+
+
+class Attention(nn.Module):
+    """Causal multi-head attention of one ``kind``: ``"dot"``, ``"l2"`` (tied ``W^K = W^Q``) or ``"l2-contractive"``."""
+
+    def __init__(self, d: int, heads: int, kind: Kind) -> None:
+        super().__init__()
+        if kind not in ("dot", "l2", "l2-contractive"):
+            raise ValueError(f"kind must be 'dot', 'l2' or 'l2-contractive'; got {kind!r}")
+        if d % heads:
+            raise ValueError(f"heads = {heads} must divide d = {d}")
+        self.kind, self.H, self.k = kind, heads, d // heads
+        self.Q = nn.Parameter(torch.randn(heads, d, self.k) / math.sqrt(d))
+        self.K = nn.Parameter(torch.randn(heads, d, self.k) / math.sqrt(d)) if kind == "dot" else None
+        self.V = nn.Parameter(torch.randn(heads, d, self.k) / math.sqrt(d))
+        self.O = nn.Parameter(torch.randn(d, d) / math.sqrt(d))
+
+    def forward(self, X: Tensor) -> Tensor:
+        n, tau = X.shape[1], math.sqrt(self.k)
+        Xh = X.unsqueeze(1)
+        q = Xh @ self.Q
+        if self.kind == "dot":
+            S = q @ (Xh @ self.K).mT / tau
+            v = Xh @ self.V
+        else:
+            S = (2 * q @ q.mT - q.square().sum(-1).unsqueeze(-2)) / tau
+            v = Xh @ (self.Q @ (self.Q.mT @ self.V)) / tau
+        mask = torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
+        P = torch.softmax(S.masked_fill(~mask, -torch.inf), dim=-1)
+        out = (P @ v).transpose(1, 2).reshape(X.shape[0], n, -1) @ self.O
+        if self.kind == "l2-contractive":
+            out = out / self.bound(n).clamp_min(1.0)
+        return out
+
+    def bound(self, n: int) -> Tensor:
+        """Theorem 3.2's 2-norm bound (constant ``2√2``) of the unmasked map at length ``n``, differentiable."""
+        Qn = torch.linalg.matrix_norm(self.Q, ord=2)
+        Vn = torch.linalg.matrix_norm(self.V, ord=2)
+        weights = (Qn.pow(4) * Vn.square()).sum().sqrt() * torch.linalg.matrix_norm(self.O, ord=2)
+        lam = float(phi_inverse(n - 1))
+        return math.sqrt(n) / math.sqrt(self.k) * (2 * math.sqrt(2) * lam + 1) * weights
+
+
+class CharLM(nn.Module):
+    """A pre-LayerNorm character Transformer whose attention is of one ``kind``."""
+
+    def __init__(self, vocab: int, config: CharLMConfig, kind: Kind) -> None:
+        super().__init__()
+        d = config.d
+        self.embed = nn.Embedding(vocab, d)
+        self.position = nn.Parameter(torch.randn(config.context, d) * 0.02)
+        self.blocks = nn.ModuleList()
+        for _ in range(config.depth):
+            self.blocks.append(nn.ModuleDict({
+                "ln1": nn.LayerNorm(d), "attn": Attention(d, config.heads, kind),
+                "ln2": nn.LayerNorm(d), "mlp": nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)),
+            }))
+        self.ln = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = self.embed(ids) + self.position[: ids.shape[1]]
+        for b in self.blocks:
+            x = x + b["attn"](b["ln1"](x))
+            x = x + b["mlp"](b["ln2"](x))
+        return self.head(self.ln(x))
+
+
+def char_corpus(text: str, *, valid_fraction: float = 0.1) -> tuple[Tensor, Tensor, list[str]]:
+    """Character ids of ``text``: training and validation splits (the last ``valid_fraction``) and the alphabet."""
+    if not 0 < valid_fraction < 1:
+        raise ValueError(f"valid_fraction must lie in (0, 1); got {valid_fraction}")
+    alphabet = sorted(set(text))
+    index = {ch: i for i, ch in enumerate(alphabet)}
+    ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
+    cut = int(len(ids) * (1 - valid_fraction))
+    return ids[:cut], ids[cut:], alphabet
+
+
+def ngram_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int) -> float:
+    """The count-based baseline: validation bits/char of an ``order``-gram model (``order - 1`` characters of
+    context; 1 is the unigram) fitted on ``train`` with add-one smoothing."""
+    order = check_positive_int(order, "order")
+    vocab = check_positive_int(vocab, "vocab")
+    if len(train) < order or len(valid) < order:
+        raise ValueError(f"train and valid need at least order = {order} characters")
+    counts = torch.ones((vocab,) * order, dtype=torch.float64)
+    counts.index_put_(tuple(train[i:len(train) - order + 1 + i] for i in range(order)),
+                      torch.ones(len(train) - order + 1, dtype=torch.float64), accumulate=True)
+    probs = counts / counts.sum(-1, keepdim=True)
+    windows = tuple(valid[i:len(valid) - order + 1 + i] for i in range(order))
+    return float(-probs[windows].log2().mean())
+
+
+def _batch(ids: Tensor, config: CharLMConfig, g: torch.Generator) -> tuple[Tensor, Tensor]:
+    start = torch.randint(0, len(ids) - config.context - 1, (config.batch,), generator=g)
+    rows = start[:, None] + torch.arange(config.context + 1)
+    chunk = ids[rows]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+def _bits_per_char(model: CharLM, ids: Tensor, config: CharLMConfig, device: torch.device) -> float:
+    """Validation bits per character over consecutive non-overlapping windows (all of ``ids``, minus a tail)."""
+    usable = (len(ids) - 1) // config.context * config.context
+    x = ids[:usable].view(-1, config.context).to(device)
+    y = ids[1: usable + 1].view(-1, config.context).to(device)
+    with torch.no_grad():
+        total = sum(nn.functional.cross_entropy(model(xb).flatten(0, 1), yb.flatten(), reduction="sum").item()
+                    for xb, yb in zip(x.split(256), y.split(256), strict=True))
+    return total / y.numel() / math.log(2)
+
+
+def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig, kind: Kind, *,
+                  device: torch.device | None = None, log_every: int = 10) -> list[dict]:
+    """Train one model with Adam; rows ``{step, train_bpc, valid_bpc, diverged, seconds}`` every ``log_every`` steps.
+
+    ``train_bpc`` averages the training loss since the previous row, ``valid_bpc`` is measured on all of
+    ``valid``; a non-finite loss stops the run, with a last row marked ``diverged`` whose losses are ``inf``
+    (finite numbers only, so that the cached CSV keeps numeric columns).
+    """
+    device = device or torch.device("cpu")
+    torch.manual_seed(config.seed)
+    g = torch.Generator().manual_seed(config.seed)
+    model = CharLM(vocab, config, kind).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    rows, start, running = [], time.perf_counter(), []
+    for step in range(1, config.steps + 1):
+        x, y = _batch(train, config, g)
+        loss = nn.functional.cross_entropy(model(x.to(device)).flatten(0, 1), y.to(device).flatten())
+        if not bool(torch.isfinite(loss)):
+            rows.append({"step": step, "train_bpc": math.inf, "valid_bpc": math.inf, "diverged": True,
+                         "seconds": time.perf_counter() - start})
+            break
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        running.append(loss.item() / math.log(2))
+        if step % log_every == 0 or step == config.steps:
+            rows.append({"step": step, "train_bpc": sum(running) / len(running),
+                         "valid_bpc": _bits_per_char(model, valid, config, device), "diverged": False,
+                         "seconds": time.perf_counter() - start})
+            running = []
+    return rows

@@ -1,0 +1,180 @@
+"""The recorded language-model experiment (Kim et al., 2021, Sec. 5.3 and App. N): dot-product, L2 and
+contractive L2 character Transformers trained on AG_NEWS's text at several depths, with a fixed Adam
+learning rate.
+
+``python -m lipnb.charlm_runs --record NAME`` trains every run of one record once (single-threaded, CPU)
+and writes it as JSON, with the curves and their provenance, into ``lipnb/charlm_records/``; the records
+ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4) and ``agnews-deep`` (depths 8 and 12,
+fewer steps, trained later). A chapter reads them with :func:`load_record` and re-runs the first steps of
+each run with :func:`replay`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from . import __version__
+from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
+from .data import ag_news_texts
+
+__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "load_record", "main", "record_of",
+           "record_path", "replay", "run_settings"]
+
+KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
+RECORD = "agnews"
+# Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget).
+RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
+                            "agnews-deep": {"depths": (8, 12), "steps": 1000}}
+# One configuration for every run; only the depth, the attention and the record's steps change (the
+# configuration carries the first record's, which run_settings replaces with each record's own).
+SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32, steps=RECORDS[RECORD]["steps"],
+                                   lr=1e-2, seed=0),
+            "depths": tuple(d for spec in RECORDS.values() for d in spec["depths"]), "log_every": 25,
+            "valid_chars": 32768}
+
+
+@lru_cache(maxsize=1)
+def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
+    """AG_NEWS's 7,600 test articles joined by newlines, as character ids: training split, validation split
+    (the last tenth) and the alphabet (:func:`lipnb.charlm.char_corpus`); cached, so treat it as read-only."""
+    return char_corpus("\n".join(ag_news_texts()))
+
+
+def record_of(depth: int) -> str:
+    """The name of the record that holds the runs at ``depth``."""
+    for name, spec in RECORDS.items():
+        if depth in spec["depths"]:
+            return name
+    raise ValueError(f"depth must be one of {SETTINGS['depths']}; got {depth!r}")
+
+
+def run_settings(depth: int) -> CharLMConfig:
+    """The configuration of the recorded run at ``depth`` (its record's number of steps)."""
+    return replace(SETTINGS["config"], depth=depth, steps=RECORDS[record_of(depth)]["steps"])
+
+
+def record_path(name: str = RECORD) -> Path:
+    """Where the record ``name`` lives: the folder ``charlm_records`` shipped inside lipnb."""
+    return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
+
+
+def load_record(name: str = RECORD) -> dict:
+    """The committed record ``name``: settings, provenance and one curve per (kind, depth)."""
+    if name not in RECORDS:
+        raise ValueError(f"name must be one of {list(RECORDS)}; got {name!r}")
+    path = record_path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"no language-model record at {path}; "
+                                f"run `python -m lipnb.charlm_runs --record {name}`")
+    return json.loads(path.read_text())
+
+
+def replay(kind: Kind, depth: int, steps: int) -> list[dict]:
+    """The first ``steps`` steps of the recorded run (``kind``, ``depth``), re-run here with its settings."""
+    train, valid, alphabet = agnews_corpus()
+    config = replace(run_settings(depth), steps=steps)
+    return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
+                         log_every=SETTINGS["log_every"])
+
+
+def _git() -> str:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lipnb"], cwd=root, capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _write(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=1) + "\n")
+    tmp.replace(path)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", choices=list(RECORDS), default=RECORD)
+    parser.add_argument("--out", type=Path, help="where to write the record (default: its place in lipnb)")
+    parser.add_argument("--drift", action="store_true",
+                        help="re-run the first logged steps of every recorded run here and store the largest "
+                             "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
+    args = parser.parse_args(argv)
+    out, spec = args.out or record_path(args.record), RECORDS[args.record]
+    torch.set_num_threads(1)
+    if args.drift:
+        record = json.loads(out.read_text())
+        drift = 0.0
+        for run in record["runs"]:
+            row, ref = replay(run["kind"], run["depth"], SETTINGS["log_every"])[0], run["rows"][0]
+            drift = max(drift, abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"]))
+        capability = torch.backends.cpu.get_cpu_capability().lower()
+        record.setdefault("replay_drift", {})[capability] = {"steps": SETTINGS["log_every"], "max_abs_bpc": drift,
+                                                             "git": _git()}
+        _write(out, record)
+        print(f"largest difference of the first logged values under {capability}: {drift:.3g} bits/char")
+        return 0
+    train, valid, alphabet = agnews_corpus()
+    record = {
+        "schema": 1,
+        "experiment": "char LMs on AG_NEWS text: dot-product, L2, contractive L2 attention (Kim et al. Sec. 5.3)",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python -m lipnb.charlm_runs " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "settings": {"config": asdict(replace(SETTINGS["config"], steps=spec["steps"])), "depths": list(spec["depths"]),
+                     "kinds": list(KINDS), "log_every": SETTINGS["log_every"],
+                     "valid_chars": SETTINGS["valid_chars"], "train_chars": len(train),
+                     "valid_split_chars": len(valid), "alphabet": len(alphabet)},
+        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+                    "platform": platform.platform(), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                    "load_average_start": list(os.getloadavg())},
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "lipnb": __version__,
+                     "git": _git()},
+        "runs": [],
+    }
+    for depth in spec["depths"]:
+        for kind in KINDS:
+            start = time.process_time()
+            rows = train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), run_settings(depth), kind,
+                                 log_every=SETTINGS["log_every"])
+            for row in rows:
+                if row["diverged"]:
+                    row["train_bpc"] = row["valid_bpc"] = None
+            record["runs"].append({"kind": kind, "depth": depth, "cpu_seconds": time.process_time() - start,
+                                   "rows": rows})
+            record["machine"]["load_average_end"] = list(os.getloadavg())
+            _write(out, record)
+            print(f"depth {depth} {kind}: last valid bpc {rows[-1]['valid_bpc']}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,391 @@
+"""The three things every chapter does: state a number in the prose, check a claim, show a figure or table.
+
+* :func:`state` glues a computed number into the prose (``{glue:text}`name``) and returns it formatted;
+* :data:`check` checks a claim stated once, as a comparison of numbers (``check.below``, ``check.above``,
+  ``check.close``, ``check.between``, ``check.equal``): the verdict and the margin come from the same
+  comparison, so they cannot disagree. A check raises ``AssertionError`` when it fails; when it holds it
+  prints nothing and records a :class:`LedgerEntry` in the chapter's ledger. :func:`ledger`, the chapter's
+  last code cell, shows that ledger as one folded block ("What this chapter checked: 23 checks, tightest
+  margin 0.012") and stores its entries as data, which :func:`read_ledger` reads back from the notebooks;
+  :func:`read_states` reads the values :func:`state` glued;
+* :func:`markdown_table` shows a table as MyST Markdown with a caption, so the book renders it as a
+  captioned HTML table whose cells may hold links and math; :func:`summary_table` shows a few rows of a
+  long table with the whole of it folded below;
+* :func:`figure` and :func:`show` (from :mod:`lipnb.figures`): a figure whose title is the question it
+  answers, glued for a captioned ``{glue:figure}`` after :func:`figure_defects` found nothing a reader
+  would see wrong.
+
+The margin of a check is its slack relative to the threshold: ``(bound - value) / |bound|`` for an upper
+bound, ``1 - |value - reference| / tolerance`` for closeness. It is 0 at the edge of failing and negative
+when the check fails. An upper bound or a closeness that holds with a margin of at least 0.5 is reported
+as such ("= to rtol 1e-12, every error ≤ half of it", margin 0.5): its exact value is often rounding noise,
+whose digits would differ from one CPU to another. Outside a notebook (plain Python) gluing and display
+are skipped and values are returned.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .figures import figure, figure_defects, show
+
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "check", "figure", "figure_defects", "ledger", "markdown_table",
+           "read_ledger", "read_states", "show", "state", "summary_table"]
+
+Number = float | int | np.ndarray
+# The key of the output metadata under which ledger() stores its entries (read by read_ledger): metadata,
+# not a mime type of its own, so that no notebook renderer has a type it does not know.
+LEDGER_KEY = "lipnb-ledger"
+
+
+def _glue(name: str, value: object) -> None:
+    if not name or not all(c.isalnum() or c in "_-" for c in name):
+        raise ValueError(f"glue name {name!r} must be non-empty letters, digits, '_' or '-'")
+    try:
+        from myst_nb import glue
+    except ImportError:
+        return
+    glue(name, value, display=False)
+
+
+def state(name: str, value: float | int | str, fmt: str = ".3g") -> str:
+    """Glue ``value`` formatted with ``fmt`` under ``name`` for ``{glue:text}`name``` and return the text."""
+    if hasattr(value, "item") and not isinstance(value, str):
+        value = value.item()  # a 0-d tensor or numpy scalar
+    if isinstance(value, bool) or not isinstance(value, (float, int, str)):
+        raise TypeError(f"{name}: state a float, an int or a str, not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{name}: refusing to state a non-finite number ({value})")
+    text = value if isinstance(value, str) else format(value, fmt)
+    _glue(name, text)
+    return text
+
+
+def _array(name: str, value: object) -> np.ndarray:
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().double().numpy()
+    try:
+        out = np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"check: {name} must be a number or an array of numbers, not {type(value).__name__}") from err
+    if out.size == 0:
+        raise ValueError(f"check: {name} is empty")
+    if np.isnan(out).any():
+        raise ValueError(f"check: {name} holds NaN")
+    return out
+
+
+# An upper bound or a closeness that holds with at least this slack is reported as "comfortably inside", with
+# this margin: its exact value and margin are often rounding or solver noise whose digits differ from one CPU
+# to another (an error of 4e-14 or 5e-14 against 1e-12), and tell the reader nothing the verdict does not.
+FAR = 0.5
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def _pair(a: float, b: float) -> tuple[str, str]:
+    """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart."""
+    for digits in range(4, 18):
+        text_a, text_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if text_a != text_b:
+            break
+    return text_a, text_b
+
+
+def _number(x: object) -> float | str | None:
+    """A float for JSON when ``x`` is a finite number, else its text (None stays None)."""
+    if x is None or isinstance(x, str):
+        return x
+    try:
+        value = float(x)
+    except (TypeError, ValueError):
+        return repr(x)
+    return value if math.isfinite(value) else repr(value)
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One check: its claim, the comparison as read (``detail``), its margin, and that comparison's parts."""
+
+    chapter: str
+    claim: str
+    detail: str
+    margin: float
+    value: float | str | None = None
+    op: str = ""
+    threshold: float | str | None = None
+
+    def line(self) -> str:
+        """The entry as one line: ``holds: <claim> | <detail> | margin <m>``."""
+        return f"holds: {self.claim} | {self.detail} | margin {self.margin:.2g}"
+
+
+# The checks that ran since the last ledger(): the chapter's ledger, shown and emptied by ledger().
+_LEDGER: list[LedgerEntry] = []
+
+
+class Check:
+    """Checks of claims stated as one comparison; each records its ledger entry and returns its margin."""
+
+    @staticmethod
+    def _report(claim: str, holds: bool, detail: str, margin: float, value: object = None, op: str = "",
+                threshold: object = None) -> float:
+        if not isinstance(claim, str) or not claim.strip():
+            raise ValueError("check: the claim must be a non-empty sentence")
+        if not holds:
+            raise AssertionError(f"check failed: FAILS: {claim} | {detail} | margin {margin:.2g}")
+        _LEDGER.append(LedgerEntry("", claim, detail, float(margin), _number(value), op, _number(threshold)))
+        return margin
+
+    def below(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
+        """Every ``value`` is at most (``strict``: below) its ``bound``; margin ``min (bound - value) / |bound|``."""
+        v, b = np.broadcast_arrays(_array("value", value), _array("bound", bound))
+        slack = (b - v) / np.where(b == 0, 1.0, np.abs(b))
+        i = int(np.argmin(slack))
+        holds = bool((v < b).all() if strict else (v <= b).all())
+        op = "<" if strict else "≤"
+        if holds and slack.flat[i] >= FAR:
+            # Comfortably inside: print the statement, not digits of noise (see FAR).
+            return self._report(claim, True, f"every value ≤ half of {_fmt(b.flat[i])}", FAR, None, op, b.flat[i])
+        text_v, text_b = _pair(v.flat[i], b.flat[i])
+        return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i])
+
+    def above(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
+        """Every ``value`` is at least (``strict``: above) its ``bound``; margin ``min (value - bound) / |bound|``."""
+        v, b = np.broadcast_arrays(_array("value", value), _array("bound", bound))
+        slack = (v - b) / np.where(b == 0, 1.0, np.abs(b))
+        i = int(np.argmin(slack))
+        holds = bool((v > b).all() if strict else (v >= b).all())
+        op = ">" if strict else "≥"
+        text_v, text_b = _pair(v.flat[i], b.flat[i])
+        return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i])
+
+    def between(self, claim: str, value: Number, low: Number, high: Number) -> float:
+        """Every ``value`` lies in ``[low, high]``; margin: the smaller relative slack of the two sides."""
+        v, lo, hi = np.broadcast_arrays(_array("value", value), _array("low", low), _array("high", high))
+        if (lo > hi).any():
+            raise ValueError("check.between: low must not exceed high")
+        width = np.where(hi > lo, hi - lo, 1.0)
+        slack = np.minimum(v - lo, hi - v) / width
+        i = int(np.argmin(slack))
+        holds = bool(((v >= lo) & (v <= hi)).all())
+        interval = f"[{_fmt(lo.flat[i])}, {_fmt(hi.flat[i])}]"
+        return self._report(claim, holds, f"{_fmt(v.flat[i])} in {interval}", float(slack.flat[i]), v.flat[i],
+                            "in", interval)
+
+    def close(self, claim: str, value: Number, reference: Number, *, rtol: float = 0.0,
+              atol: float = 0.0) -> float:
+        """``|value - reference| <= atol + rtol |reference|`` everywhere; margin ``1 - error / tolerance``."""
+        if not (rtol >= 0 and atol >= 0 and rtol + atol > 0):
+            raise ValueError("check.close: give rtol and/or atol, non-negative and not both zero")
+        v, r = np.broadcast_arrays(_array("value", value), _array("reference", reference))
+        err = np.abs(v - r)
+        tol = atol + rtol * np.abs(r)
+        ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
+        i = int(np.argmax(ratio))
+        tol_text = f"rtol {rtol:.0e}" if atol == 0 else f"atol {atol:.0e}" if rtol == 0 else \
+            f"atol {atol:.0e} + rtol {rtol:.0e}"
+        holds = bool((err <= tol).all())
+        margin = 1.0 - float(ratio.flat[i])
+        if holds and margin >= FAR:
+            # Comfortably inside: which element is the worst, and by how much, is decided by noise (see FAR).
+            return self._report(claim, True, f"= to {tol_text}, every error ≤ half of it", FAR, None, "=", tol_text)
+        return self._report(claim, holds, f"{_fmt(v.flat[i])} = {_fmt(r.flat[i])} to {tol_text}", margin,
+                            v.flat[i], "=", r.flat[i])
+
+    def equal(self, claim: str, value: object, expected: object) -> float:
+        """``value == expected`` exactly (counts, labels, sets); margin 1 when it holds, -1 when not."""
+        holds = bool(np.all(np.asarray(value == expected)))
+        return self._report(claim, holds, f"{value!r} = {expected!r} exactly", 1.0 if holds else -1.0, value, "==",
+                            expected)
+
+
+check = Check()
+
+
+def _html_of(item: object) -> str:
+    """An extra of :func:`ledger` as HTML: a table's HTML, a DataFrame's, or text kept as printed."""
+    for method in ("to_html", "_repr_html_"):
+        if callable(getattr(item, method, None)):
+            return getattr(item, method)()
+    return f"<pre>{html.escape(str(item))}</pre>"
+
+
+def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:
+    """Show the checks run since the last call as one folded block, and store them as data; call it last.
+
+    The block's title gives the count and the tightest margin; it lists every check, then ``extra`` (a
+    provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a list of
+    them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
+    :func:`read_ledger`.
+    Raises ``RuntimeError`` when no check ran: a chapter that calls it has claims to show.
+    """
+    if not _LEDGER:
+        raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
+    entries, tightest = list(_LEDGER), min(e.margin for e in _LEDGER)
+    summary = f"{title}: {len(entries)} checks, tightest margin {tightest:.2g}"
+    rows = "".join(f"<tr><td>{html.escape(e.claim)}</td><td>{html.escape(e.detail)}</td><td>{e.margin:.2g}</td>"
+                   "</tr>" for e in entries)
+    extras = [extra] if isinstance(extra, str) or not isinstance(extra, Sequence) else list(extra)
+    body = ("<table class=\"lipnb-ledger-table\"><caption>Each claim, the comparison that decided it, and its "
+            "margin: the slack relative to the threshold, 0 at the edge of failing</caption>"
+            f"<thead><tr><th>claim</th><th>checked</th><th>margin</th></tr></thead><tbody>{rows}</tbody></table>"
+            + "".join(_html_of(item) for item in extras))
+    page = f"<details class=\"lipnb-ledger\"><summary>{html.escape(summary)}</summary>{body}</details>"
+    text = "\n".join([summary, *(e.line() for e in entries)])
+    _LEDGER.clear()
+    try:
+        from IPython.display import display
+    except ImportError:
+        print(text)
+        return
+    payload = {"checks": [{k: v for k, v in asdict(e).items() if k != "chapter"} for e in entries]}
+    display({"text/plain": text, "text/html": page}, metadata={LEDGER_KEY: payload}, raw=True)
+
+
+# The line a check printed before ledger() existed; still read from notebooks stored then.
+_LEDGER_LINE = re.compile(r"^(holds|FAILS): (?P<claim>.+) \| (?P<detail>.+) \| margin (?P<margin>\S+)$")
+_DETAIL = re.compile(r"^(?P<value>\S+) (?P<op>[≤≥<>=]|==|vs) (?P<threshold>\S+)")
+
+
+def _read(text: str) -> float | str:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _from_line(chapter: str, line: str) -> LedgerEntry | None:
+    m = _LEDGER_LINE.match(line)
+    if not m:
+        return None
+    parts = _DETAIL.match(m["detail"])
+    value, op, threshold = (_read(parts["value"]), parts["op"], _read(parts["threshold"])) if parts else \
+        (None, "", None)
+    return LedgerEntry(chapter, m["claim"], m["detail"], float(m["margin"]), value, op, threshold)
+
+
+def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
+    """Every check in the stored outputs of the notebooks at ``paths`` (a ledger of the book), in order.
+
+    Reads what :func:`ledger` stored (full precision) and, from notebooks executed before it, printed lines.
+    """
+    entries = []
+    for path in paths:
+        chapter = Path(path).stem
+        for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
+            for out in cell.get("outputs", []):
+                stored = out.get("metadata", {}).get(LEDGER_KEY)
+                if stored is not None:
+                    entries += [LedgerEntry(chapter, **e) for e in stored["checks"]]
+                elif out.get("output_type") == "stream" and out.get("name") == "stdout":
+                    text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
+                    entries += [e for line in text.splitlines() if (e := _from_line(chapter, line))]
+    return entries
+
+
+def read_states(path: Path) -> dict[str, str]:
+    """The values a stored notebook stated with :func:`state`: ``{name: text}``."""
+    states = {}
+    for cell in json.loads(Path(path).read_text(encoding="utf-8"))["cells"]:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            text = out.get("data", {}).get("application/papermill.record/text/plain")
+            if name and text is not None:
+                states[name] = text.strip("'\"")
+    return states
+
+
+class Table:
+    """A table shown as MyST Markdown (the book renders a captioned HTML table); ``to_html`` for a folded block."""
+
+    def __init__(self, markdown: str, html_table: str) -> None:
+        self.data = markdown
+        self._html = html_table
+
+    def _repr_markdown_(self) -> str:
+        return self.data
+
+    def __repr__(self) -> str:
+        return self.data
+
+    def to_html(self) -> str:
+        """The table as plain HTML (links and math left as written), for :func:`ledger`'s folded block."""
+        return self._html
+
+
+def _rows(rows: object) -> list[dict[str, object]]:
+    if hasattr(rows, "to_dict"):  # a pandas DataFrame
+        rows = rows.to_dict("records")
+    rows = list(rows)
+    if not rows:
+        raise ValueError("markdown_table: no rows")
+    columns = list(rows[0])
+    if any(list(row) != columns for row in rows):
+        raise ValueError("markdown_table: every row must have the same columns, in the same order")
+    return rows
+
+
+def _cells(rows: list[dict[str, object]], formats: dict[str, str]) -> list[list[str]]:
+    def cell(column: str, value: object) -> str:
+        if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+            return "–"  # no value: a dash, never "None" or "nan"
+        if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer)) and column in formats):
+            return format(value, formats.get(column, ".3g"))
+        return str(value).replace("\n", " ")
+
+    return [[cell(c, row[c]) for c in row] for row in rows]
+
+
+def markdown_table(rows: object, formats: dict[str, str] | None = None, *, caption: str = "",
+                   name: str = "") -> Table:
+    """``rows`` (one dict per row, same keys, or a DataFrame) as a captioned table for ``display``.
+
+    ``caption`` says what the cells are (e.g. "fitted exponent [95% bootstrap interval]"); a table without
+    one is flagged by the book's tests. ``name`` labels it for ``{numref}``. Cells are text as given (so they
+    may hold ``{ref}`` links or ``$math$``); numbers are formatted with the column's format (default ``.3g``);
+    a missing value (None, NaN) is a dash. A ``|`` inside a cell is escaped, and LaTeX's ``\\|`` written ``\\Vert``.
+    """
+    rows = _rows(rows)
+    columns, cells = list(rows[0]), _cells(rows, formats or {})
+    if not isinstance(caption, str) or not isinstance(name, str):
+        raise TypeError("markdown_table: caption and name are text")
+
+    def escape(text: str) -> str:
+        # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.
+        return text.replace("\\|", "\\Vert ").replace("|", "\\|")
+
+    lines = ["| " + " | ".join(map(escape, columns)) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(map(escape, row)) + " |" for row in cells]
+    markdown = "\n".join(lines)
+    if caption or name:
+        label = f":name: {name}\n" if name else ""
+        markdown = f":::{{table}} {' '.join(caption.split())}\n{label}\n{markdown}\n:::"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    table = (f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+             f"<tbody>{body}</tbody></table>")
+    return Table(markdown, table)
+
+
+def summary_table(rows: object, full: object, formats: dict[str, str] | None = None, *, caption: str,
+                  name: str = "") -> Table:
+    """A few rows a reader reads (``rows``), captioned, with the whole table (``full``) folded below it.
+
+    For a frame of dozens of rows: choose the rows that answer the question (one per model, the extremes);
+    the full table stays one click away, in a dropdown under the same caption.
+    """
+    shown, whole = markdown_table(rows, formats, caption=caption, name=name), _rows(full)
+    folded = markdown_table(whole, formats, caption=f"{caption} (all {len(whole)} rows)")
+    markdown = f"{shown.data}\n\n::::{{dropdown}} The full table ({len(whole)} rows)\n{folded.data}\n::::"
+    return Table(markdown, shown.to_html() + folded.to_html())

@@ -1,0 +1,199 @@
+"""Results of the book's sweeps: a typed, tidy table with its provenance, a CSV cache, progress bars.
+
+A sweep returns a :class:`ResultTable`: one row per measurement, columns of numbers or labels, and a
+``provenance`` record (the sweep, its parameters, the profile, lipnb's version and a hash of its source,
+torch's version). Tables are cached as CSV (full float64 precision) beside a JSON file holding the
+provenance, the row count and the SHA-256 of the CSV bytes, in :func:`cache_dir`; an entry is found only
+under the same sweep, parameters, profile and source hash, so a stale result is never used.
+
+Both files are written to unique temporary names and renamed into place, so concurrent writers of one
+key (``pytest -n 2`` on a cold cache) never see each other's half-written files. A read verifies the
+provenance, the row count and the checksum; an entry that fails (truncated, garbage, a row missing, a
+half-written JSON) is recomputed with a warning, never returned.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import pandas as pd
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+__all__ = [
+    "CACHE_ENV",
+    "ResultTable",
+    "cache_dir",
+    "cached_table",
+    "code_version",
+    "progress",
+]
+
+T = TypeVar("T")
+CACHE_ENV = "LIPNB_CACHE_DIR"
+Column = Tensor | Sequence[float] | Sequence[int] | Sequence[str]
+
+
+def cache_dir() -> Path:
+    """The results cache: ``$LIPNB_CACHE_DIR``, else ``results/`` in the user cache (never inside the package)."""
+    from .data import user_cache_dir
+
+    return Path(os.environ.get(CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
+
+
+def code_version() -> str:
+    """A hash of lipnb's source files: editing any sweep (or what it calls) changes every cache key."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _as_column(name: str, values: Column) -> list | Tensor:
+    if isinstance(values, Tensor):
+        if values.dim() != 1:
+            raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
+        return values.detach().cpu()
+    return list(values)
+
+
+@dataclass(frozen=True)
+class ResultTable:
+    """A tidy table of results (one row per measurement) and where it came from."""
+
+    frame: pd.DataFrame
+    provenance: Mapping[str, object]
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Column], provenance: Mapping[str, object]) -> ResultTable:
+        """Build a table from equal-length 1-D columns (tensors, number or label lists)."""
+        data = {name: _as_column(name, values) for name, values in columns.items()}
+        lengths = {name: len(values) for name, values in data.items()}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(f"columns differ in length: {lengths}")
+        frame = pd.DataFrame({k: v.numpy() if isinstance(v, Tensor) else v for k, v in data.items()})
+        return cls(frame, dict(provenance))
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def columns(self) -> list[str]:
+        """The column names, in order."""
+        return list(self.frame.columns)
+
+    def __getitem__(self, column: str) -> Tensor:
+        """A numeric column as a float64 tensor (labels: use :attr:`frame`)."""
+        if column not in self.frame:
+            raise KeyError(f"no column {column!r}; the table has {self.columns}")
+        values = self.frame[column]
+        if not pd.api.types.is_numeric_dtype(values):
+            raise TypeError(f"column {column!r} holds labels, not numbers: read it from .frame")
+        return torch.tensor(values.to_numpy(dtype="float64"))
+
+    def where(self, **equal: object) -> ResultTable:
+        """The rows whose columns equal the given values, e.g. ``table.where(inputs="random")``."""
+        keep = pd.Series(True, index=self.frame.index)
+        for column, value in equal.items():
+            if column not in self.frame:
+                raise KeyError(f"no column {column!r}; the table has {self.columns}")
+            keep &= self.frame[column] == value
+        return ResultTable(self.frame[keep].reset_index(drop=True), self.provenance)
+
+    def pivot(self, value: str, index: str, columns: str) -> Tensor:
+        """``value`` laid out as a float64 matrix, rows by sorted ``index``, columns by sorted ``columns``."""
+        table = self.frame.pivot(index=index, columns=columns, values=value).sort_index().sort_index(axis=1)
+        return torch.tensor(table.to_numpy(dtype="float64"))
+
+    def to_csv(self, path: Path) -> None:
+        """Write the rows to ``path`` (full float64 precision) and ``path`` + ``.json``: provenance, rows, checksum."""
+        data = self.frame.to_csv(index=False, float_format="%.17g").encode()
+        record = {"provenance": dict(self.provenance), "rows": len(self.frame),
+                  "sha256": hashlib.sha256(data).hexdigest()}
+        _write_atomic(path, data)
+        _write_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True, default=str).encode())
+
+    @classmethod
+    def read_csv(cls, path: Path) -> ResultTable:
+        """Read a table written by :meth:`to_csv`; ``ValueError`` naming the defect if it fails verification."""
+        try:
+            record = json.loads(path.with_suffix(".json").read_text())
+            provenance, rows, checksum = record["provenance"], record["rows"], record["sha256"]
+        except FileNotFoundError:
+            raise ValueError(f"{path.with_suffix('.json').name} is missing") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+            raise ValueError(f"{path.with_suffix('.json').name} is not a complete provenance record ({err})") from None
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != checksum:
+            raise ValueError(f"{path.name} does not match the checksum in its provenance")
+        frame = pd.read_csv(path)
+        if len(frame) != rows:
+            raise ValueError(f"{path.name} has {len(frame)} rows; its provenance says {rows}")
+        return cls(frame, provenance)
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a unique temporary file beside ``path``, then rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:
+    """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored.
+
+    A damaged cache entry (see the module) is recomputed and overwritten, with a warning naming the defect.
+    """
+    from .profiles import profile
+
+    provenance = {"sweep": name, "params": dict(params), "profile": profile().name, "code": code_version(),
+                  "torch": torch.__version__}
+    key = json.dumps(provenance, sort_keys=True, default=str)
+    path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
+    if path.exists():
+        try:
+            table = ResultTable.read_csv(path)
+        except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+            warnings.warn(f"results cache: {path} is damaged ({err}); recomputing it", RuntimeWarning, stacklevel=2)
+        else:
+            if json.dumps(table.provenance, sort_keys=True, default=str) == key:
+                return table
+            warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it",
+                          RuntimeWarning, stacklevel=2)
+    table = ResultTable.from_columns(compute(), json.loads(key))
+    table.to_csv(path)
+    return table
+
+
+def progress_bar(**options) -> tqdm:
+    """A text progress bar on the process's own stderr, never in a notebook cell's output.
+
+    It is drawn when that stderr is a terminal (a script run by hand), or always with ``LIPNB_PROGRESS=1``;
+    never with ``LIPNB_PROGRESS=0``. Inside a Jupyter kernel ``sys.__stderr__`` is the kernel's log, not
+    the cell's output, so no bar is stored in a notebook or compared by nbval, whatever the environment.
+    """
+    stream = sys.__stderr__
+    setting = os.environ.get("LIPNB_PROGRESS", "auto")
+    shown = stream is not None and (setting == "1" or (setting != "0" and stream.isatty()))
+    return tqdm(file=stream, disable=not shown, **options)
+
+
+def progress(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
+    """Iterate ``items`` under a :func:`progress_bar` that disappears when done."""
+    return iter(progress_bar(iterable=items, desc=desc, total=total, leave=False))
