@@ -396,6 +396,8 @@ def local_lipschitz(
                 torch.cuda.empty_cache()
             chunk = max(1, chunk // 2)
             continue
+        if X.dtype != torch.float64:       # value is returned in X's dtype: its rounding enters the bound
+            error = error + torch.finfo(X.dtype).eps
         test = (residual <= tol) if tol is not None else (error <= rtol)
         converged = outcome.converged & (test | (theta <= 0))
         upper = None

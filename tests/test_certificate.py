@@ -160,9 +160,6 @@ def test_audit_sample_value_never_exceeds_the_norm(audit: certificate.Certificat
     assert (audit.raised, audit.above) == (0, 0)
 
 
-# local_lipschitz rounds a float32 run's value to float32 after computing its error in float64: the returned
-# value can then be up to half a float32 unit farther from the nearest singular value than `error` says.
-@pytest.mark.xfail(strict=True, reason="error omits the rounding of the float32 value it describes (< 6e-8)")
 def test_audit_sample_error_bounds_the_nearest_singular_value(audit: certificate.CertificateCounts) -> None:
     assert audit.unbounded == 0
 
