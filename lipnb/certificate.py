@@ -104,7 +104,7 @@ def prescribed_spectrum(spectra: Tensor, n: int, d: int, *, seed: int, dtype: to
         def fn(Z: Tensor) -> Tensor:
             return (Z.flatten(1) @ W.to(Z.dtype).T).view(Z.shape)
 
-        return Problem(f"linear {dtype_name(dtype)}", fn, X, singular.contiguous())
+        return Problem(f"linear {_dtype_name(dtype)}", fn, X, singular.contiguous())
     signs = torch.where(torch.rand(spectra.shape, generator=g) < 0.5, -1.0, 1.0).double()
     order = torch.argsort(torch.rand(spectra.shape, generator=g), dim=1)
     z = torch.gather(spectra.double() * signs, 1, order)
@@ -116,7 +116,7 @@ def prescribed_spectrum(spectra: Tensor, n: int, d: int, *, seed: int, dtype: to
 
     z_true = X.double().flatten(1) @ V64
     J = scale * (U64 * z_true.unsqueeze(1)) @ V64.T
-    return Problem(f"prescribed {dtype_name(dtype)}", fn, X, torch.linalg.svdvals(J))
+    return Problem(f"prescribed {_dtype_name(dtype)}", fn, X, torch.linalg.svdvals(J))
 
 
 def crossing(n: int, d: int, *, seed: int, dtype: torch.dtype = torch.float64) -> Problem:
@@ -137,7 +137,7 @@ def crossing(n: int, d: int, *, seed: int, dtype: torch.dtype = torch.float64) -
 
     z = X.double().flatten(1) @ V.double()
     J = (U.double() * z.unsqueeze(1)) @ V.double().T
-    return Problem(f"crossing {dtype_name(dtype)}", fn, X, torch.linalg.svdvals(J))
+    return Problem(f"crossing {_dtype_name(dtype)}", fn, X, torch.linalg.svdvals(J))
 
 
 def saturated_attention(n: int, d: int, scale: float, *, seed: int, dtype: torch.dtype = torch.float64,
@@ -154,7 +154,7 @@ def saturated_attention(n: int, d: int, scale: float, *, seed: int, dtype: torch
                        torch.randn(heads, d, k, generator=g, dtype=torch.float64) / math.sqrt(k))
         mh = mh.to(dtype=dtype).to(dtype=torch.float64)       # the parameters the dtype can hold
         fn, truth, closed = MultiHeadMap(mh), MultiHeadMap(mh), True
-        family = f"multi-head {dtype_name(dtype)}"
+        family = f"multi-head {_dtype_name(dtype)}"
     else:
         A = (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)).to(dtype).double()
         Vv = (torch.randn(d, d, generator=g, dtype=torch.float64) / math.sqrt(d)).to(dtype).double()
@@ -162,12 +162,12 @@ def saturated_attention(n: int, d: int, scale: float, *, seed: int, dtype: torch
         def fn(Z: Tensor) -> Tensor:
             return self_attention(Z, A.to(Z.dtype), Vv.to(Z.dtype))
 
-        truth, closed, family = fn, False, f"attention {dtype_name(dtype)}"
+        truth, closed, family = fn, False, f"attention {_dtype_name(dtype)}"
     singular = torch.linalg.svdvals(jacobian_matrix(truth, X.double()))
     return Problem(family, fn, X, singular, closed)
 
 
-def dtype_name(dtype: torch.dtype) -> str:
+def _dtype_name(dtype: torch.dtype) -> str:
     """``"float32"`` for ``torch.float32``."""
     return str(dtype).removeprefix("torch.")
 
@@ -294,7 +294,7 @@ def certificate_audit(count: int = 1024, *, seed: int = 0, delta: float | None =
                 rows = _run(problem, call, seed=p * 101 + c, rounding=rounding)
                 rows = {"family": [problem.family] * BATCH, "problem": [p] * BATCH,
                         "input": list(range(p * BATCH, (p + 1) * BATCH)),
-                        "dtype": [dtype_name(problem.X.dtype)] * BATCH, **rows}
+                        "dtype": [_dtype_name(problem.X.dtype)] * BATCH, **rows}
                 for name, values in rows.items():
                     columns.setdefault(name, []).extend(values)
         return columns
