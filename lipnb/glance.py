@@ -34,6 +34,7 @@ VERDICTS: dict[str, str] = {
 CORRECTION_TARGETS: dict[str, str] = {
     "Lemma 3.1 needs a convex set": "the paper",
     "Theorem 3.3 holds with": "the paper",
+    "Theorems 3.3 and 4.3 hold with": "the paper",
     "Lemma C.5 gives the local constant": "the paper",
     "the two-Dirac constant is": "the paper",
     "Theorem 3.5 holds with the exponent": "the paper",

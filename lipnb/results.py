@@ -174,8 +174,8 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     ``compute()`` runs, the cache folder is checked writable (``ValueError`` naming ``$LIPNB_CACHE_DIR``), and an
     empty result is refused rather than stored.
     """
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_]+", name):
-        raise ValueError(f"name must be a non-empty word of letters, digits and _ (a file name); got {name!r}")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
+        raise ValueError(f"name must be a non-empty word of letters, digits, _ and - (a file name); got {name!r}")
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of the sweep's parameters; got {type(params).__name__}")
     if not callable(compute):
