@@ -119,7 +119,10 @@ CHECK_PAGE_JS = r"""
     const box = r ? clippedBy(c, r.left, r.right) : null;
     if (box) problems.push(`formula cut by ${box.tagName.toLowerCase()}.${box.className}: ` + snippet(c.textContent));
   }
+  // Folded content (a hidden input, a closed dropdown) is laid out only once opened: it is judged then.
+  const folded = (el) => el.closest('details:not([open])') !== null && !el.matches('details > summary *');
   for (const el of article.querySelectorAll('pre, .cell_output, table')) {
+    if (folded(el)) continue;
     const overflow = getComputedStyle(el).overflowX;
     const r = el.getBoundingClientRect();
     const wide = el.scrollWidth > el.clientWidth + 1 && !['auto', 'scroll'].includes(overflow);
@@ -155,7 +158,7 @@ CHECK_PAGE_JS = r"""
   }
   // Content cut by a box that hides what passes its edge (a formula's screen-reader copy is meant to be).
   for (const el of article.querySelectorAll('*')) {
-    if (el.closest('mjx-container')) continue;
+    if (el.closest('mjx-container') || folded(el)) continue;
     const overflow = getComputedStyle(el).overflowX;
     if ((overflow === 'hidden' || overflow === 'clip') && el.scrollWidth > el.clientWidth + 1) {
       problems.push(`content clipped by ${el.tagName.toLowerCase()}.${el.className} (${el.scrollWidth} > `
