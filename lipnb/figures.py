@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import re
+import warnings
 from itertools import combinations
 
 import matplotlib.pyplot as plt
@@ -244,7 +245,10 @@ def show(name: str, fig: Figure) -> Figure:
     fig.canvas.draw()
     engine = fig.get_layout_engine()
     if _enlarge_small_text(fig) and (engine is None or isinstance(engine, TightLayoutEngine)):
-        fig.tight_layout()
+        # Axes tight_layout cannot place (a colour bar's) keep their place; what then overlaps is a defect below.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "This figure includes Axes that are not compatible", UserWarning)
+            fig.tight_layout()
     defects = figure_defects(fig)
     if defects:
         plt.close(fig)
