@@ -124,3 +124,17 @@ def mutation_tests(catchers: list[Callable[[], None]],
                 catcher()
 
     return test_catchers_pass, test_mutation_is_caught
+
+
+def prescribed_jacobians(values: list[list[float]], n: int, d: int, g: torch.Generator) -> torch.Tensor:
+    """Jacobians ``U diag(s) Vᵀ`` of shape ``(B, n d, n d)`` in float64, with the singular values ``values[b]``
+    (zero-padded) and random orthogonal ``U``, ``V`` drawn from ``g``."""
+    N = n * d
+    out = []
+    for s in values:
+        U = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=torch.float64))[0]
+        V = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=torch.float64))[0]
+        full = torch.zeros(N, dtype=torch.float64)
+        full[: len(s)] = torch.tensor(s, dtype=torch.float64)
+        out.append(U @ torch.diag(full) @ V.T)
+    return torch.stack(out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from conftest import prescribed_jacobians
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -30,16 +31,7 @@ class Dense:
 
 def spectrum_problem(values: list[list[float]], n: int = 3, d: int = 4, seed: int = 0) -> torch.Tensor:
     """Jacobians ``U diag(s) Vᵀ`` of shape ``(B, n d, n d)`` with prescribed singular values per input."""
-    g = torch.Generator().manual_seed(seed)
-    N = n * d
-    out = []
-    for s in values:
-        U = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=F64))[0]
-        V = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=F64))[0]
-        full = torch.zeros(N, dtype=F64)
-        full[: len(s)] = torch.tensor(s, dtype=F64)
-        out.append(U @ torch.diag(full) @ V.T)
-    return torch.stack(out)
+    return prescribed_jacobians(values, n, d, torch.Generator().manual_seed(seed))
 
 
 def start(B: int, n: int = 3, d: int = 4, seed: int = 1) -> torch.Tensor:

@@ -8,6 +8,7 @@ import resource
 
 import pytest
 import torch
+from conftest import prescribed_jacobians
 from torch import Tensor
 
 from lipnb.attention import MultiHead, self_attention
@@ -21,15 +22,7 @@ F64 = torch.float64
 def spectrum_map(values: list[list[float]], n: int = 4, d: int = 5, seed: int = 0) -> tuple[object, Tensor]:
     """A linear map per input, ``x_b -> J_b x_b`` with ``J_b = U diag(values[b]) Vᵀ`` (``(n d) x (n d)``)."""
     g = torch.Generator().manual_seed(seed)
-    N = n * d
-    Js = []
-    for s in values:
-        U = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=F64))[0]
-        V = torch.linalg.qr(torch.randn(N, N, generator=g, dtype=F64))[0]
-        full = torch.zeros(N, dtype=F64)
-        full[: len(s)] = torch.tensor(s, dtype=F64)
-        Js.append(U @ torch.diag(full) @ V.T)
-    J = torch.stack(Js)
+    J = prescribed_jacobians(values, n, d, g)
 
     def fn(Z: Tensor) -> Tensor:
         return torch.einsum("bij,bj->bi", J[: len(Z)].to(Z.dtype), Z.flatten(1)).view(len(Z), n, d)
