@@ -31,8 +31,8 @@ from . import __version__
 from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
 from .data import ag_news_texts
 
-__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "load_record", "main", "record_of",
-           "record_path", "replay", "run_settings"]
+__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "git_state", "load_record",
+           "main", "record_of", "record_path", "replay", "run_settings", "write_record"]
 
 KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
 RECORD = "agnews"
@@ -92,19 +92,21 @@ def replay(kind: Kind, depth: int, steps: int, *, divisors: bool = False) -> lis
                          log_every=SETTINGS["log_every"], divisors=divisors)
 
 
-def _git() -> str:
+def git_state() -> str:
+    """The short commit of lipnb's checkout, ``+dirty`` when its code (not its records) has changes."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lipnb"], cwd=root, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lipnb", ":!lipnb/*_records"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return head + ("+dirty" if dirty else "")
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name, for a record's provenance."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -114,7 +116,8 @@ def _cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
-def _write(path: Path, record: dict) -> None:
+def write_record(path: Path, record: dict) -> None:
+    """Write ``record`` as JSON at ``path`` atomically (a cut-off never leaves half a record)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
@@ -140,8 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             drift = max(drift, abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"]))
         capability = torch.backends.cpu.get_cpu_capability().lower()
         record.setdefault("replay_drift", {})[capability] = {"steps": SETTINGS["log_every"], "max_abs_bpc": drift,
-                                                             "git": _git()}
-        _write(out, record)
+                                                             "git": git_state()}
+        write_record(out, record)
         print(f"largest difference of the first logged values under {capability}: {drift:.3g} bits/char")
         return 0
     train, valid, alphabet = agnews_corpus()
@@ -154,11 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "kinds": list(KINDS), "log_every": SETTINGS["log_every"],
                      "valid_chars": SETTINGS["valid_chars"], "train_chars": len(train),
                      "valid_split_chars": len(valid), "alphabet": len(alphabet)},
-        "machine": {"cpu": _cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
+        "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
                     "platform": platform.platform(), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
                     "load_average_start": list(os.getloadavg())},
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "lipnb": __version__,
-                     "git": _git()},
+                     "git": git_state()},
         "runs": [],
     }
     for depth in spec["depths"]:
@@ -172,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             record["runs"].append({"kind": kind, "depth": depth, "cpu_seconds": time.process_time() - start,
                                    "rows": rows})
             record["machine"]["load_average_end"] = list(os.getloadavg())
-            _write(out, record)
+            write_record(out, record)
             print(f"depth {depth} {kind}: last valid bpc {rows[-1]['valid_bpc']}", flush=True)
     return 0
 

@@ -1,0 +1,186 @@
+"""SmolLM2 to its full context: ``Lip_X`` of its attention layers (Def 2.2, causal, rotary) for n = 512 to 8,192.
+
+``python -m lipnb.long_context --text alice --lengths 512 1024`` measures one text at the given lengths with
+``local_lipschitz``'s default call (each value with its certificate) and merges the rows into the record
+``lipnb/long_context_records/smollm2-long.json`` with their provenance; the record ships with lipnb. ``GRID``
+says which layers are measured at which length (every layer at the lengths of ``ALL_LAYERS``, ``LAYERS``
+otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of each text
+(:func:`lipnb.data.token_sequences`, restarting at the text's first token for each length; AG_NEWS is its first
+1,000 test articles joined by spaces). For ``FOCUS``, each head alone (before the output projection) and the
+concentration of its attention rows are recorded too. A chapter reads the record with :func:`load_record` and
+re-measures a slice of it with :func:`replay`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from . import __version__, data, models
+from .charlm_runs import cpu_name, git_state, write_record
+from .lipschitz import local_lipschitz
+from .real_text import token_radius
+
+__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GRID", "LAYERS", "MODEL", "RECORD", "WINDOWS", "attention_rows",
+           "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay"]
+
+MODEL, RECORD = "smollm2", "smollm2-long"
+LENGTHS = (512, 1024, 2048, 4096, 8192)
+ALL_LAYERS = (512, 2048)            # lengths at which every layer is measured
+LAYERS = (0, 14, 27, 29)            # first, middle, fastest-growing at short lengths (chapter 24), last
+DEEPEST = 8192                      # the longest length: FOCUS alone, one window per text
+FOCUS = 27
+WINDOWS = 2                         # windows per text and length (one at DEEPEST)
+GRID = {n: ("all" if n in ALL_LAYERS else [FOCUS] if n == DEEPEST else list(LAYERS)) for n in LENGTHS}
+
+
+def record_path() -> Path:
+    """Where the record is stored (inside the package)."""
+    return Path(__file__).with_name("long_context_records") / f"{RECORD}.json"
+
+
+def load_record() -> dict:
+    """The stored record: ``rows`` (one per text, length, window and layer), ``heads``, ``provenance``."""
+    return json.loads(record_path().read_text())
+
+
+def attention_rows(P: Tensor) -> dict[str, Tensor]:
+    """How concentrated each head's attention rows are, averaged over the rows of each input, ``(B, H)`` each:
+    the largest weight ``max_j P_ij``, the entropy ``-Σ_j P_ij log P_ij`` and ``1 / Σ_j P_ij²`` (the number of
+    tokens a row spreads over)."""
+    P = P.double()
+    entropy = -(P * P.clamp_min(1e-300).log()).sum(-1)
+    return {"row_max": P.amax(-1).mean(-1), "entropy": entropy.mean(-1),
+            "spread": P.square().sum(-1).reciprocal().mean(-1)}
+
+
+def _windows(text: str, n: int) -> Tensor:
+    tokenizer = models.load_shared(MODEL)[1]
+    count = 1 if n == DEEPEST else WINDOWS
+    return data.token_sequences(data.dataset_text(text), tokenizer, [n], count, restart_per_length=True)[n]
+
+
+def _layers(n: int) -> list[int]:
+    chosen = GRID[n]
+    return list(range(models.num_layers(models.load_shared(MODEL)[0]))) if chosen == "all" else list(chosen)
+
+
+def _timed(job: object) -> tuple[object, float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = job()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, heads: bool = True
+                 ) -> tuple[list[dict], list[dict]]:
+    """Every window of ``text`` at length ``n``: one row per window and layer (``GRID[n]`` unless ``layers``),
+    and for ``FOCUS`` one row per window and head (``heads``, below ``DEEPEST``)."""
+    if n not in GRID:
+        raise ValueError(f"n must be one of {LENGTHS}; got {n!r}")
+    model = models.load_shared(MODEL)[0]
+    ids = _windows(text, n)
+    chosen = _layers(n) if layers is None else list(layers)
+    inputs, forward_s, _ = _timed(lambda: models.attention_inputs(model, chosen, ids, "mha"))
+    rows, head_rows = [], []
+    for layer in chosen:
+        X = inputs[layer]
+        f = models.attention_map(model, layer, "mha")
+        for w in range(len(X)):
+            result, wall, cpu = _timed(lambda f=f, x=X[w:w + 1]: local_lipschitz(f, x, detailed=True))
+            rows.append({"text": text, "n": n, "window": w, "layer": layer, "lip": float(result.value[0]),
+                         "error": float(result.error[0]), "converged": bool(result.converged[0]),
+                         "iterations": int(result.iterations[0]),
+                         "presolve_iterations": int(result.presolve_iterations[0]),
+                         "radius": float(token_radius(X[w:w + 1])[0]),
+                         "max_norm": float(X[w].double().norm(dim=-1).max()), "wall_s": wall, "cpu_s": cpu,
+                         "forward_s": forward_s, "peak_rss_gib": _peak_rss_gib()})
+            print(f"{text} n={n} window {w} layer {layer}: {rows[-1]['lip']:.1f} "
+                  f"(error {rows[-1]['error']:.1e}) in {wall:.1f} s", flush=True)
+        if layer == FOCUS and heads and n < DEEPEST:
+            head_rows += _heads(model, X, text, n)
+    return rows, head_rows
+
+
+def _heads(model: torch.nn.Module, X: Tensor, text: str, n: int) -> list[dict]:
+    rows = []
+    f = models.attention_map(model, FOCUS, "mha")
+    for w in range(len(X)):
+        concentration = attention_rows(f.linearize(X[w:w + 1]).P)
+        for h in range(model.config.num_attention_heads):
+            head = models.attention_map(model, FOCUS, "head", head=h)
+            result = local_lipschitz(head, X[w:w + 1], detailed=True)
+            rows.append({"text": text, "n": n, "window": w, "layer": FOCUS, "head": h,
+                         "lip": float(result.value[0]), "error": float(result.error[0]),
+                         "converged": bool(result.converged[0]),
+                         **{k: float(v[0, h]) for k, v in concentration.items()}})
+    return rows
+
+
+def _peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def layer_table(record: dict | None = None) -> pd.DataFrame:
+    """The record's layer rows as a table."""
+    return pd.DataFrame((record or load_record())["rows"])
+
+
+def head_table(record: dict | None = None) -> pd.DataFrame:
+    """The record's per-head rows (layer ``FOCUS``) as a table."""
+    return pd.DataFrame((record or load_record())["heads"])
+
+
+def replay(text: str, n: int, layer: int) -> pd.DataFrame:
+    """Re-measure the record's windows of ``text`` at ``n`` for ``layer``, beside the recorded values."""
+    stored = layer_table()
+    stored = stored[(stored.text == text) & (stored.n == n) & (stored.layer == layer)]
+    if stored.empty:
+        raise ValueError(f"the record has no rows for text={text!r}, n={n!r}, layer={layer!r}")
+    rows, _ = measure_text(text, n, layers=[layer], heads=False)
+    fresh = pd.DataFrame(rows)[["window", "lip", "error"]].rename(columns={"lip": "replayed",
+                                                                           "error": "replayed_error"})
+    return stored[["window", "lip", "error"]].merge(fresh, on="window")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure one text at the given lengths and merge the rows into the record (after each length)."""
+    parser = argparse.ArgumentParser(prog="python -m lipnb.long_context", description=__doc__.split("\n")[0])
+    parser.add_argument("--text", choices=data.DATASETS, required=True)
+    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    path = record_path()
+    for n in args.lengths:
+        begun = time.perf_counter()
+        rows, heads = measure_text(args.text, n)
+        record = json.loads(path.read_text()) if path.exists() else {
+            "schema": 1, "model": MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
+            "grid": {str(k): v for k, v in GRID.items()}, "windows": WINDOWS, "rows": [], "heads": [],
+            "provenance": []}
+        keep = [r for r in record["rows"] if (r["text"], r["n"]) != (args.text, n)]
+        record["rows"] = keep + rows
+        record["heads"] = [r for r in record["heads"] if (r["text"], r["n"]) != (args.text, n)] + heads
+        record["provenance"].append({
+            "text": args.text, "n": n, "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "duration_s": round(time.perf_counter() - begun, 1), "lipnb": __version__, "git": git_state(),
+            "torch": torch.__version__, "cpu": cpu_name(), "threads": args.threads,
+            "load_average": list(os.getloadavg()), "command": " ".join([sys.executable, "-m", "lipnb.long_context",
+                                                                       *(argv or sys.argv[1:])])})
+        write_record(path, record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
