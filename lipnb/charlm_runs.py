@@ -98,7 +98,8 @@ def git_state() -> str:
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                               check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lipnb", ":(exclude,glob)lipnb/*_records/**"], cwd=root,
+        records = ":(exclude,glob)lipnb/*_records/**"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "lipnb", records], cwd=root,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
