@@ -14,6 +14,7 @@ re-measures a slice of it with :func:`replay`.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import resource
@@ -30,10 +31,13 @@ from torch import Tensor
 from . import __version__, data, models
 from .charlm_runs import cpu_name, git_state, write_record
 from .lipschitz import local_lipschitz
+from .quantization import BLOCK
 from .real_text import token_radius
+from .results import cached_table
 
 __all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GRID", "LAYERS", "MODEL", "RECORD", "WINDOWS", "attention_rows",
-           "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay"]
+           "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay",
+           "rounding_sensitivity", "rounding_steps"]
 
 MODEL, RECORD = "smollm2", "smollm2-long"
 LENGTHS = (512, 1024, 2048, 4096, 8192)
@@ -151,6 +155,44 @@ def replay(text: str, n: int, layer: int) -> pd.DataFrame:
     fresh = pd.DataFrame(rows)[["window", "lip", "error"]].rename(columns={"lip": "replayed",
                                                                            "error": "replayed_error"})
     return stored[["window", "lip", "error"]].merge(fresh, on="window")
+
+
+def rounding_steps(weight: Tensor) -> Tensor:
+    """The ``Q4_1`` step of each entry's block of ``BLOCK`` consecutive entries of a row, ``(max - min) / 15``:
+    the de-quantised weights sit on that grid, so the original ones lay within half a step of them."""
+    blocks = weight.detach().reshape(weight.shape[0], -1, BLOCK)
+    step = (blocks.amax(-1, keepdim=True) - blocks.amin(-1, keepdim=True)) / 15
+    return step.expand_as(blocks).reshape(weight.shape)
+
+
+def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, text: str = "alice") -> pd.DataFrame:
+    """``Lip_X`` of ``FOCUS`` on the first window of ``text`` with its projection weights as distributed and moved
+    ``draws`` times by independent uniform noise within half a ``Q4_1`` step (:func:`rounding_steps`): how much the
+    4-bit rounding could move the long-context values. Columns ``n, draw`` (``-1``: as distributed), ``lip``."""
+    params = {"lengths": list(lengths), "draws": draws, "text": text, "layer": FOCUS}
+
+    def compute() -> dict[str, list]:
+        model = models.load_shared(MODEL)[0]
+        noisy = copy.deepcopy(model)
+        projections = [getattr(noisy.layers[FOCUS].self_attn, name) for name in ("q_proj", "k_proj", "v_proj",
+                                                                                  "o_proj")]
+        originals = [p.weight.detach().clone() for p in projections]
+        generator = torch.Generator().manual_seed(0)
+        rows: dict[str, list] = {"n": [], "draw": [], "lip": []}
+        for n in lengths:
+            X = models.attention_inputs(model, FOCUS, _windows(text, n)[:1], "mha")
+            for draw in range(-1, draws):
+                with torch.no_grad():
+                    for p, W in zip(projections, originals, strict=True):
+                        noise = torch.rand(W.shape, generator=generator, dtype=W.dtype) - 0.5
+                        p.weight.copy_(W if draw < 0 else W + noise * rounding_steps(W))
+                f = models.attention_map(noisy, FOCUS, "mha")
+                rows["n"].append(n)
+                rows["draw"].append(draw)
+                rows["lip"].append(float(local_lipschitz(f, X)[0]))
+        return rows
+
+    return cached_table("long_context_rounding", params, compute).frame
 
 
 def main(argv: Sequence[str] | None = None) -> int:
