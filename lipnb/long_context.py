@@ -37,7 +37,7 @@ from .results import cached_table
 
 __all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GRID", "LAYERS", "MODEL", "RECORD", "WINDOWS", "attention_rows",
            "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay",
-           "rounding_sensitivity", "rounding_steps"]
+           "rounding_sensitivity", "rounding_steps", "sink_terms"]
 
 MODEL, RECORD = "smollm2", "smollm2-long"
 LENGTHS = (512, 1024, 2048, 4096, 8192)
@@ -67,6 +67,36 @@ def attention_rows(P: Tensor) -> dict[str, Tensor]:
     entropy = -(P * P.clamp_min(1e-300).log()).sum(-1)
     return {"row_max": P.amax(-1).mean(-1), "entropy": entropy.mean(-1),
             "spread": P.square().sum(-1).reciprocal().mean(-1)}
+
+
+def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") -> pd.DataFrame:
+    """Layer ``FOCUS``'s heads on the first window of ``text`` at each length: the share of all attention that
+    goes to the most attended token, ``max_j Σ_i P_ij / n``, and the largest token column of the Jacobian's value
+    path (Lemma C.2's ``P ⊗ W_V`` term, whose column ``j`` has norm ``||P_:j||_2 ||W_V,h||_2``). Columns ``n, head,
+    sink_share, sink_token, value_term``."""
+    params = {"lengths": list(lengths), "text": text, "layer": FOCUS}
+
+    def compute() -> dict[str, list]:
+        model = models.load_shared(MODEL)[0]
+        attention = model.layers[FOCUS].self_attn
+        k = attention.head_dim
+        rows: dict[str, list] = {"n": [], "head": [], "sink_share": [], "sink_token": [], "value_term": []}
+        for n in lengths:
+            X = models.attention_inputs(model, FOCUS, _windows(text, n)[:1], "mha")
+            P = models.attention_map(model, FOCUS, "mha").linearize(X).P[0].double()     # (H, n, n)
+            load = P.sum(1)                                                               # (H, n): Σ_i P_ij
+            columns = P.square().sum(1).sqrt()                                            # ||P_:j||_2
+            for h in range(P.shape[0]):
+                g = h // attention.num_key_value_groups
+                Wv = attention.v_proj.weight.detach().double()[g * k:(g + 1) * k]
+                rows["n"].append(n)
+                rows["head"].append(h)
+                rows["sink_share"].append(float(load[h].max() / n))
+                rows["sink_token"].append(int(load[h].argmax()))
+                rows["value_term"].append(float(columns[h].max() * torch.linalg.matrix_norm(Wv, ord=2)))
+        return rows
+
+    return cached_table("long_context_sinks", params, compute).frame
 
 
 def _windows(text: str, n: int) -> Tensor:
