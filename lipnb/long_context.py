@@ -116,10 +116,10 @@ def _timed(job: object) -> tuple[object, float, float]:
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, heads: bool = True
+def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, heads: bool = True, log: bool = False
                  ) -> tuple[list[dict], list[dict]]:
     """Every window of ``text`` at length ``n``: one row per window and layer (``GRID[n]`` unless ``layers``),
-    and for ``FOCUS`` one row per window and head (``heads``, below ``DEEPEST``)."""
+    and for ``FOCUS`` one row per window and head (``heads``, below ``DEEPEST``); ``log`` prints each value."""
     if n not in GRID:
         raise ValueError(f"n must be one of {LENGTHS}; got {n!r}")
     model = models.load_shared(MODEL)[0]
@@ -139,8 +139,9 @@ def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, head
                          "radius": float(token_radius(X[w:w + 1])[0]),
                          "max_norm": float(X[w].double().norm(dim=-1).max()), "wall_s": wall, "cpu_s": cpu,
                          "forward_s": forward_s, "peak_rss_gib": _peak_rss_gib()})
-            print(f"{text} n={n} window {w} layer {layer}: {rows[-1]['lip']:.1f} "
-                  f"(error {rows[-1]['error']:.1e}) in {wall:.1f} s", flush=True)
+            if log:
+                print(f"{text} n={n} window {w} layer {layer}: {rows[-1]['lip']:.1f} "
+                      f"(error {rows[-1]['error']:.1e}) in {wall:.1f} s", flush=True)
         if layer == FOCUS and heads and n < DEEPEST:
             head_rows += _heads(model, X, text, n)
     return rows, head_rows
@@ -236,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path = record_path()
     for n in args.lengths:
         begun = time.perf_counter()
-        rows, heads = measure_text(args.text, n)
+        rows, heads = measure_text(args.text, n, log=True)
         record = json.loads(path.read_text()) if path.exists() else {
             "schema": 1, "model": MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
             "grid": {str(k): v for k, v in GRID.items()}, "windows": WINDOWS, "rows": [], "heads": [],

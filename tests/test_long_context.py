@@ -1,0 +1,49 @@
+"""The long-context record's helpers: closed forms for the attention-row measures and the rounding grid, the
+record's shape, and refusals before any work."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lipnb import long_context as lc
+
+
+def test_attention_rows_match_closed_forms() -> None:
+    n = 4
+    uniform = torch.full((1, 1, n, n), 1 / n)
+    one_hot = torch.eye(n).view(1, 1, n, n)
+    rows = lc.attention_rows(torch.cat([uniform, one_hot], 1))
+    assert rows["row_max"][0].tolist() == pytest.approx([1 / n, 1.0])
+    assert rows["entropy"][0].tolist() == pytest.approx([math.log(n), 0.0], abs=1e-12)
+    assert rows["spread"][0].tolist() == pytest.approx([n, 1.0])
+
+
+def test_rounding_steps_recover_the_q4_1_grid() -> None:
+    generator = torch.Generator().manual_seed(0)
+    low = torch.randn(3, 2, 1, generator=generator)
+    step = torch.rand(3, 2, 1, generator=generator) + 0.1
+    codes = torch.randint(0, 16, (3, 2, lc.BLOCK), generator=generator)
+    codes[..., 0], codes[..., 1] = 0, 15                   # every block uses both ends of its grid
+    weight = (low + step * codes).reshape(3, 2 * lc.BLOCK)
+    expected = step.expand(3, 2, lc.BLOCK).reshape(3, -1)
+    torch.testing.assert_close(lc.rounding_steps(weight), expected)
+
+
+def test_the_record_holds_the_grid_and_converged_values() -> None:
+    table = lc.layer_table()
+    assert set(table.text) == {"alice", "ag_news"}
+    for n, chosen in lc.GRID.items():
+        layers = set(table[table.n == n].layer)
+        assert layers == (set(range(30)) if chosen == "all" else set(chosen))
+    assert bool(table.converged.all())
+    assert set(lc.head_table().n) == {n for n in lc.LENGTHS if n < lc.DEEPEST}
+
+
+def test_bad_requests_are_refused_before_any_work() -> None:
+    with pytest.raises(ValueError, match="n must be one of"):
+        lc.measure_text("alice", 300)
+    with pytest.raises(ValueError, match="no rows"):
+        lc.replay("alice", 1024, 3)
