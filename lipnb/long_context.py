@@ -2,7 +2,8 @@
 
 ``python -m lipnb.long_context --text alice --lengths 512 1024`` measures one text at the given lengths with
 ``local_lipschitz``'s default call (each value with its certificate) and merges the rows into the record
-``lipnb/long_context_records/smollm2-long.json`` with their provenance; the record ships with lipnb. ``GRID``
+``lipnb/long_context_records/smollm2-long.json`` with their provenance (``--rounding``: the table of
+:func:`rounding_sensitivity` instead); the record ships with lipnb. ``GRID``
 says which layers are measured at which length (every layer at the lengths of ``ALL_LAYERS``, ``LAYERS``
 otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of each text
 (:func:`lipnb.data.token_sequences`, restarting at the text's first token for each length; AG_NEWS is its first
@@ -226,15 +227,32 @@ def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, te
     return cached_table("long_context_rounding", params, compute).frame
 
 
+def _provenance(begun: float, args: argparse.Namespace, argv: Sequence[str] | None) -> dict:
+    """What a record keeps of one run: when, how long, which code, which machine, which command."""
+    command = " ".join([sys.executable, "-m", "lipnb.long_context", *(argv or sys.argv[1:])])
+    return {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "duration_s": round(time.perf_counter() - begun, 1), "lipnb": __version__, "git": git_state(),
+            "torch": torch.__version__, "cpu": cpu_name(), "threads": args.threads,
+            "load_average": list(os.getloadavg()), "command": command}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Measure one text at the given lengths and merge the rows into the record (after each length)."""
     parser = argparse.ArgumentParser(prog="python -m lipnb.long_context", description=__doc__.split("\n")[0])
     parser.add_argument("--text", choices=data.DATASETS, required=True)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounding", action="store_true", help="record rounding_sensitivity() instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     path = record_path()
+    if args.rounding:
+        begun = time.perf_counter()
+        record = json.loads(path.read_text())
+        record["rounding"] = rounding_sensitivity(text=args.text).to_dict("records")
+        record["provenance"].append({"text": args.text, "n": "rounding", **_provenance(begun, args, argv)})
+        write_record(path, record)
+        return 0
     for n in args.lengths:
         begun = time.perf_counter()
         rows, heads = measure_text(args.text, n, log=True)
@@ -245,12 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keep = [r for r in record["rows"] if (r["text"], r["n"]) != (args.text, n)]
         record["rows"] = keep + rows
         record["heads"] = [r for r in record["heads"] if (r["text"], r["n"]) != (args.text, n)] + heads
-        record["provenance"].append({
-            "text": args.text, "n": n, "date": datetime.now(UTC).isoformat(timespec="seconds"),
-            "duration_s": round(time.perf_counter() - begun, 1), "lipnb": __version__, "git": git_state(),
-            "torch": torch.__version__, "cpu": cpu_name(), "threads": args.threads,
-            "load_average": list(os.getloadavg()), "command": " ".join([sys.executable, "-m", "lipnb.long_context",
-                                                                       *(argv or sys.argv[1:])])})
+        record["provenance"].append({"text": args.text, "n": n, **_provenance(begun, args, argv)})
         write_record(path, record)
     return 0
 
