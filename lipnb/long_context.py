@@ -2,8 +2,8 @@
 
 ``python -m lipnb.long_context --text alice --lengths 512 1024`` measures one text at the given lengths with
 ``local_lipschitz``'s default call (each value with its certificate) and merges the rows into the record
-``lipnb/long_context_records/smollm2-long.json`` with their provenance (``--rounding``: the table of
-:func:`rounding_sensitivity` instead); the record ships with lipnb. ``GRID``
+``lipnb/long_context_records/smollm2-long.json`` with their provenance (``--rounding``: the tables of
+:func:`rounding_sensitivity` and :func:`sink_terms` instead); the record ships with lipnb. ``GRID``
 says which layers are measured at which length (every layer at the lengths of ``ALL_LAYERS``, ``LAYERS``
 otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of each text
 (:func:`lipnb.data.token_sequences`, restarting at the text's first token for each length; AG_NEWS is its first
@@ -242,7 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--text", choices=data.DATASETS, required=True)
     parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rounding", action="store_true", help="record rounding_sensitivity() instead")
+    parser.add_argument("--rounding", action="store_true",
+                        help="record rounding_sensitivity() and both texts' sink_terms() instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     path = record_path()
@@ -250,6 +251,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         begun = time.perf_counter()
         record = json.loads(path.read_text())
         record["rounding"] = rounding_sensitivity(text=args.text).to_dict("records")
+        record["sinks"] = pd.concat([sink_terms(text=t).assign(text=t) for t in data.DATASETS]).to_dict("records")
         record["provenance"].append({"text": args.text, "n": "rounding", **_provenance(begun, args, argv)})
         write_record(path, record)
         return 0
