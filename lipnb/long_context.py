@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pandas as pd
 import torch
+import transformers
 from torch import Tensor
 
 from . import __version__, data, models
 from .charlm_runs import cpu_name, git_state, write_record
+from .checks import check_positive_int
 from .lipschitz import local_lipschitz
 from .quantization import BLOCK
 from .real_text import token_radius
@@ -100,9 +102,9 @@ def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") 
     return cached_table("long_context_sinks", params, compute).frame
 
 
-def _windows(text: str, n: int) -> Tensor:
+def _windows(text: str, n: int, count: int | None = None) -> Tensor:
     tokenizer = models.load_shared(MODEL)[1]
-    count = 1 if n == DEEPEST else WINDOWS
+    count = (1 if n == DEEPEST else WINDOWS) if count is None else count
     return data.token_sequences(data.dataset_text(text), tokenizer, [n], count, restart_per_length=True)[n]
 
 
@@ -114,17 +116,22 @@ def _layers(n: int) -> list[int]:
 def _timed(job: object) -> tuple[object, float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
     out = job()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, heads: bool = True, log: bool = False
-                 ) -> tuple[list[dict], list[dict]]:
-    """Every window of ``text`` at length ``n``: one row per window and layer (``GRID[n]`` unless ``layers``),
-    and for ``FOCUS`` one row per window and head (``heads``, below ``DEEPEST``); ``log`` prints each value."""
-    if n not in GRID:
-        raise ValueError(f"n must be one of {LENGTHS}; got {n!r}")
+def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, windows: int | None = None,
+                 heads: bool | None = None, log: bool = False) -> tuple[list[dict], list[dict]]:
+    """Every window of ``text`` at length ``n``: one row per window and layer (``GRID[n]`` and ``WINDOWS`` unless
+    ``layers`` and ``windows`` say otherwise), and for ``FOCUS`` one row per window and head (``heads``; default
+    below ``DEEPEST``); ``log`` prints each value. On the default device (the GPU when there is one)."""
+    if layers is None and n not in GRID:
+        raise ValueError(f"n must be one of {LENGTHS} unless layers are given; got {n!r}")
+    check_positive_int(n, "n", minimum=2)
+    heads = n < DEEPEST if heads is None else heads
     model = models.load_shared(MODEL)[0]
-    ids = _windows(text, n)
+    ids = _windows(text, n, windows)
     chosen = _layers(n) if layers is None else list(layers)
     inputs, forward_s, _ = _timed(lambda: models.attention_inputs(model, chosen, ids, "mha"))
     rows, head_rows = [], []
@@ -132,6 +139,8 @@ def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, head
         X = inputs[layer]
         f = models.attention_map(model, layer, "mha")
         for w in range(len(X)):
+            if X.is_cuda:
+                torch.cuda.reset_peak_memory_stats()
             result, wall, cpu = _timed(lambda f=f, x=X[w:w + 1]: local_lipschitz(f, x, detailed=True))
             rows.append({"text": text, "n": n, "window": w, "layer": layer, "lip": float(result.value[0]),
                          "error": float(result.error[0]), "converged": bool(result.converged[0]),
@@ -139,11 +148,12 @@ def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, head
                          "presolve_iterations": int(result.presolve_iterations[0]),
                          "radius": float(token_radius(X[w:w + 1])[0]),
                          "max_norm": float(X[w].double().norm(dim=-1).max()), "wall_s": wall, "cpu_s": cpu,
-                         "forward_s": forward_s, "peak_rss_gib": _peak_rss_gib()})
+                         "forward_s": forward_s, "peak_rss_gib": _peak_rss_gib(),
+                         **({"peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30} if X.is_cuda else {})})
             if log:
                 print(f"{text} n={n} window {w} layer {layer}: {rows[-1]['lip']:.1f} "
                       f"(error {rows[-1]['error']:.1e}) in {wall:.1f} s", flush=True)
-        if layer == FOCUS and heads and n < DEEPEST:
+        if layer == FOCUS and heads:
             head_rows += _heads(model, X, text, n)
     return rows, head_rows
 
@@ -216,7 +226,7 @@ def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, te
             for draw in range(-1, draws):
                 with torch.no_grad():
                     for p, W in zip(projections, originals, strict=True):
-                        noise = torch.rand(W.shape, generator=generator, dtype=W.dtype) - 0.5
+                        noise = (torch.rand(W.shape, generator=generator, dtype=W.dtype) - 0.5).to(W.device)
                         p.weight.copy_(W if draw < 0 else W + noise * rounding_steps(W))
                 f = models.attention_map(noisy, FOCUS, "mha")
                 rows["n"].append(n)
@@ -232,7 +242,8 @@ def _provenance(begun: float, args: argparse.Namespace, argv: Sequence[str] | No
     command = " ".join([sys.executable, "-m", "lipnb.long_context", *(argv or sys.argv[1:])])
     return {"date": datetime.now(UTC).isoformat(timespec="seconds"),
             "duration_s": round(time.perf_counter() - begun, 1), "lipnb": __version__, "git": git_state(),
-            "torch": torch.__version__, "cpu": cpu_name(), "threads": args.threads,
+            "torch": torch.__version__, "transformers": transformers.__version__, "cpu": cpu_name(),
+            "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "threads": args.threads,
             "load_average": list(os.getloadavg()), "command": command}
 
 
@@ -240,27 +251,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure one text at the given lengths and merge the rows into the record (after each length)."""
     parser = argparse.ArgumentParser(prog="python -m lipnb.long_context", description=__doc__.split("\n")[0])
     parser.add_argument("--text", choices=data.DATASETS, required=True)
-    parser.add_argument("--lengths", type=int, nargs="+", default=list(LENGTHS))
+    parser.add_argument("--lengths", type=int, nargs="+", help="default LENGTHS (ALL_LAYERS with --rounding)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--layers", type=int, nargs="+", help="these layers at every length (default: GRID)")
+    parser.add_argument("--windows", type=int, help="windows per text and length (default: WINDOWS)")
+    parser.add_argument("--heads", action="store_true", help="layer FOCUS's heads at every length")
+    parser.add_argument("--record", type=Path, default=None, help="the record's path (default: record_path())")
     parser.add_argument("--rounding", action="store_true",
                         help="record rounding_sensitivity() and both texts' sink_terms() instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    path = record_path()
+    path = args.record or record_path()
     if args.rounding:
         begun = time.perf_counter()
         record = json.loads(path.read_text())
-        record["rounding"] = rounding_sensitivity(text=args.text).to_dict("records")
-        record["sinks"] = pd.concat([sink_terms(text=t).assign(text=t) for t in data.DATASETS]).to_dict("records")
+        lengths = args.lengths or ALL_LAYERS
+        record["rounding"] = rounding_sensitivity(lengths, text=args.text).to_dict("records")
+        record["sinks"] = pd.concat([sink_terms(lengths, text=t).assign(text=t)
+                                     for t in data.DATASETS]).to_dict("records")
         record["provenance"].append({"text": args.text, "n": "rounding", **_provenance(begun, args, argv)})
         write_record(path, record)
         return 0
-    for n in args.lengths:
+    for n in args.lengths or LENGTHS:
         begun = time.perf_counter()
-        rows, heads = measure_text(args.text, n, log=True)
+        rows, heads = measure_text(args.text, n, layers=args.layers, windows=args.windows,
+                                   heads=True if args.heads else None, log=True)
         record = json.loads(path.read_text()) if path.exists() else {
             "schema": 1, "model": MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
-            "grid": {str(k): v for k, v in GRID.items()}, "windows": WINDOWS, "rows": [], "heads": [],
+            "grid": {str(k): v for k, v in GRID.items()} if args.layers is None else args.layers,
+            "windows": args.windows or WINDOWS, "rows": [], "heads": [],
             "provenance": []}
         keep = [r for r in record["rows"] if (r["text"], r["n"]) != (args.text, n)]
         record["rows"] = keep + rows
