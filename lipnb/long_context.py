@@ -8,8 +8,11 @@ says which layers are measured at which length (every layer at the lengths of ``
 otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of each text
 (:func:`lipnb.data.token_sequences`, restarting at the text's first token for each length; AG_NEWS is its first
 1,000 test articles joined by spaces). For ``FOCUS``, each head alone (before the output projection) and the
-concentration of its attention rows are recorded too. A chapter reads the record with :func:`load_record` and
-re-measures a slice of it with :func:`replay`.
+concentration of its attention rows are recorded too. ``--layers``, ``--windows``, ``--heads`` and ``--record``
+measure another grid: ``GPU_RECORD`` holds every layer at nine lengths from 512 to 8,192 (a factor √2 apart), three
+windows per text and length, ``FOCUS``'s heads at each, the rounding draws and sinks at 512, 2,048 and 8,192,
+measured on one GPU. A chapter reads a record with :func:`load_record`, compares two with :func:`agreement` and
+re-measures a slice with :func:`replay`.
 """
 
 from __future__ import annotations
@@ -32,17 +35,20 @@ from torch import Tensor
 
 from . import __version__, data, models
 from .charlm_runs import cpu_name, git_state, write_record
-from .checks import check_positive_int
+from .checks import check_choice, check_positive_int
 from .lipschitz import local_lipschitz
 from .quantization import BLOCK
 from .real_text import token_radius
 from .results import cached_table
 
-__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GRID", "LAYERS", "MODEL", "RECORD", "WINDOWS", "attention_rows",
+__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "MODEL", "RECORD", "RECORDS", "WINDOWS",
+           "agreement", "attention_rows",
            "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay",
            "rounding_sensitivity", "rounding_steps", "sink_terms"]
 
 MODEL, RECORD = "smollm2", "smollm2-long"
+GPU_RECORD = "smollm2-long-gpu"   # every layer at nine lengths, three windows, on one GPU
+RECORDS = (RECORD, GPU_RECORD)
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 ALL_LAYERS = (512, 2048)            # lengths at which every layer is measured
 LAYERS = (0, 14, 27, 29)            # first, middle, fastest-growing at short lengths (chapter 24), last
@@ -52,14 +58,25 @@ WINDOWS = 2                         # windows per text and length (one at DEEPES
 GRID = {n: ("all" if n in ALL_LAYERS else [FOCUS] if n == DEEPEST else list(LAYERS)) for n in LENGTHS}
 
 
-def record_path() -> Path:
-    """Where the record is stored (inside the package)."""
-    return Path(__file__).with_name("long_context_records") / f"{RECORD}.json"
+def record_path(name: str = RECORD) -> Path:
+    """Where the record ``name`` (one of ``RECORDS``) is stored (inside the package)."""
+    check_choice(name, "name", RECORDS)
+    return Path(__file__).with_name("long_context_records") / f"{name}.json"
 
 
-def load_record() -> dict:
-    """The stored record: ``rows`` (one per text, length, window and layer), ``heads``, ``provenance``."""
-    return json.loads(record_path().read_text())
+def load_record(name: str = RECORD) -> dict:
+    """A stored record: ``rows`` (one per text, length, window and layer), ``heads``, ``provenance``."""
+    return json.loads(record_path(name).read_text())
+
+
+def agreement(first: dict, second: dict) -> pd.DataFrame:
+    """The layer rows two records share (same text, length, window and layer: the same input), side by side:
+    ``lip_a, lip_b, error_a, error_b`` and ``gap = |lip_a / lip_b - 1|``; certified values of one norm differ by at
+    most ``error_a + error_b`` (relative)."""
+    keys = ["text", "n", "window", "layer"]
+    joined = layer_table(first)[[*keys, "lip", "error"]].merge(
+        layer_table(second)[[*keys, "lip", "error"]], on=keys, suffixes=("_a", "_b"))
+    return joined.assign(gap=(joined.lip_a / joined.lip_b - 1).abs())
 
 
 def attention_rows(P: Tensor) -> dict[str, Tensor]:
@@ -187,13 +204,14 @@ def head_table(record: dict | None = None) -> pd.DataFrame:
     return pd.DataFrame((record or load_record())["heads"])
 
 
-def replay(text: str, n: int, layer: int) -> pd.DataFrame:
-    """Re-measure the record's windows of ``text`` at ``n`` for ``layer``, beside the recorded values."""
-    stored = layer_table()
+def replay(text: str, n: int, layer: int, record: dict | None = None) -> pd.DataFrame:
+    """Re-measure ``record``'s (default the CPU record's) windows of ``text`` at ``n`` for ``layer`` here, beside
+    the recorded values."""
+    stored = layer_table(record)
     stored = stored[(stored.text == text) & (stored.n == n) & (stored.layer == layer)]
     if stored.empty:
         raise ValueError(f"the record has no rows for text={text!r}, n={n!r}, layer={layer!r}")
-    rows, _ = measure_text(text, n, layers=[layer], heads=False)
+    rows, _ = measure_text(text, n, layers=[layer], windows=stored.window.nunique(), heads=False)
     fresh = pd.DataFrame(rows)[["window", "lip", "error"]].rename(columns={"lip": "replayed",
                                                                            "error": "replayed_error"})
     return stored[["window", "lip", "error"]].merge(fresh, on="window")

@@ -26,6 +26,7 @@ __all__ = [
     "lack_of_fit",
     "local_slopes",
     "power_law_break",
+    "side",
     "student_interval",
 ]
 
@@ -231,3 +232,14 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
                        slope_before=verdict["slope_before"], slope_after=verdict["slope_after"])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def side(low: float, high: float, threshold: float = 0.5, margin: float = 0.0) -> str:
+    """Where an interval ``[low, high]`` lies with respect to ``threshold`` (Sec. 5's exponents against 1/2):
+    ``"above"``, ``"below"`` (each with ``", within the margin"`` when it clears ``threshold`` by less than
+    ``margin``) or ``"contains it"``."""
+    if low > threshold:
+        return "above" + ("" if low - threshold >= margin else ", within the margin")
+    if high < threshold:
+        return "below" + ("" if threshold - high >= margin else ", within the margin")
+    return "contains it"

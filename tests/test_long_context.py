@@ -47,3 +47,30 @@ def test_bad_requests_are_refused_before_any_work() -> None:
         lc.measure_text("alice", 300)
     with pytest.raises(ValueError, match="no rows"):
         lc.replay("alice", 1024, 3)
+    with pytest.raises(ValueError, match="name"):
+        lc.record_path("smollm2-short")
+    with pytest.raises(ValueError, match="n"):
+        lc.measure_text("alice", 1, layers=[0])
+
+
+def test_the_gpu_record_holds_every_layer_at_every_length() -> None:
+    record = lc.load_record(lc.GPU_RECORD)
+    table = lc.layer_table(record)
+    lengths = record["grid"]["lengths"]
+    assert sorted(set(table.n)) == lengths
+    cells = table.groupby(["text", "n"]).agg(layers=("layer", "nunique"), windows=("window", "nunique"))
+    assert bool((cells.layers == 30).all() & (cells.windows == record["windows"]).all())
+    assert len(table) == 2 * len(lengths) * 30 * record["windows"]
+    assert bool(table.converged.all())
+    heads = lc.head_table(record)
+    assert set(heads.n) == set(lengths) and set(heads.layer) == {lc.FOCUS}
+
+
+def test_agreement_pairs_the_same_inputs() -> None:
+    row = {"text": "alice", "n": 512, "window": 0, "layer": 3, "lip": 2.0, "error": 1e-4}
+    first = {"rows": [row, {**row, "window": 1}]}
+    second = {"rows": [{**row, "lip": 2.002, "error": 2e-4}, {**row, "n": 1024}]}
+    joined = lc.agreement(first, second)
+    assert len(joined) == 1
+    assert joined.gap.iloc[0] == pytest.approx(abs(2.0 / 2.002 - 1))
+    assert (joined.error_a.iloc[0], joined.error_b.iloc[0]) == (1e-4, 2e-4)

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from lipnb.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, student_interval
+from lipnb.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, side, student_interval
 
 F64 = torch.float64
 
@@ -88,3 +88,11 @@ def test_lack_of_fit_refuses_data_it_cannot_test() -> None:
         lack_of_fit(torch.tensor([1.0, 1, 2, 2]), torch.tensor([1.0, 2, 3, 4]))
     with pytest.raises(ValueError, match="positive"):
         local_slopes([1, 2], [1.0, -1.0])
+
+
+def test_side_places_an_interval_against_a_threshold_with_its_margin() -> None:
+    assert side(0.6, 0.7, 0.5, 0.05) == "above"
+    assert side(0.52, 0.7, 0.5, 0.05) == "above, within the margin"
+    assert side(0.3, 0.4, 0.5, 0.05) == "below"
+    assert side(0.3, 0.48, 0.5, 0.05) == "below, within the margin"
+    assert side(0.45, 0.55, 0.5, 0.05) == "contains it"
