@@ -38,8 +38,9 @@ test: $(STAMP) lint browser
 
 # The same unit tests and chapters on the portable CPU kernels (no AVX), from an empty results cache:
 # what a reader's machine of another CPU sees. Stored outputs are compared as numbers (nbval_numeric.py).
+# KEEP_CACHE=DIR: an empty folder to fill and keep (.ci/run hands it to `make test` afterwards).
 test-portable: $(STAMP)
-	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
+	cache=$${KEEP_CACHE:-$$(mktemp -d)} && { [ -n "$$KEEP_CACHE" ] || trap 'rm -rf "$$cache"' EXIT; } && \
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py
 
