@@ -71,8 +71,9 @@ def load_record(name: str = RECORD) -> dict:
 
 def agreement(first: dict, second: dict) -> pd.DataFrame:
     """The layer rows two records share (same text, length, window and layer: the same input), side by side:
-    ``lip_a, lip_b, error_a, error_b`` and ``gap = |lip_a / lip_b - 1|``; certified values of one norm differ by at
-    most ``error_a + error_b`` (relative)."""
+    ``lip_a, lip_b, error_a, error_b`` and ``gap = |lip_a / lip_b - 1|``; under the Krylov premise (each value
+    approximates the top singular value) two certified values of one norm differ by at most ``error_a + error_b``
+    (relative)."""
     keys = ["text", "n", "window", "layer"]
     joined = layer_table(first)[[*keys, "lip", "error"]].merge(
         layer_table(second)[[*keys, "lip", "error"]], on=keys, suffixes=("_a", "_b"))
