@@ -29,6 +29,7 @@ $(STAMP): requirements.txt pyproject.toml
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check lipnb tests bench _ext nbval_numeric.py book/*.ipynb
+	$(VENV)/bin/lint-imports --no-cache
 
 # Two single-threaded workers beat one two-threaded process here: most kernels are small, and
 # OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).

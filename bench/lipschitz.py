@@ -42,7 +42,7 @@ Usage::
     python bench/lipschitz.py --quick         # about 1 min on a 2-core CPU: n = 16, 32, batch 3
     python bench/lipschitz.py --n 64 256 --batch 16 --device cuda --models minilm:2 gpt2-random:6
 
-Results go to ``lipnb.benchmark.record_path("lipschitz-<device>[-quick]")`` (the records shipped with
+Results go to ``lipnb.experiments.benchmark.record_path("lipschitz-<device>[-quick]")`` (the records shipped with
 lipnb, or ``$LIPNB_BENCH_DIR``; ``--out`` to change).
 """
 
@@ -73,8 +73,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
 import lipnb
-from lipnb import benchmark, data, models, profiles
-from lipnb.lipschitz import NotConvergedWarning
+from lipnb import data, models, profiles
+from lipnb.core.lipschitz import NotConvergedWarning
+from lipnb.experiments import benchmark
+from lipnb.paper import published
 
 ROOT = Path(__file__).resolve().parents[1]
 LIPNB_TOL = 1e-4
@@ -84,12 +86,12 @@ Map = Callable[[Tensor], Tensor]
 # --------------------------------------------------------------------------- the methods
 
 
-def run_paper(fn: Map, X: Tensor, targets: list[float] | None = None, max_iter: int = benchmark.PAPER_MAX_ITER
+def run_paper(fn: Map, X: Tensor, targets: list[float] | None = None, max_iter: int = published.PAPER_MAX_ITER
               ) -> dict[str, list]:
     """The paper's loop on each input; with ``targets``, stopped by the oracle at 1e-4 of them."""
     values, iterations = [], []
     for i in range(len(X)):
-        value, steps = benchmark.paper_power_iteration(fn, X[i:i + 1], seed=i, max_iter=max_iter,
+        value, steps = published.paper_power_iteration(fn, X[i:i + 1], seed=i, max_iter=max_iter,
                                                        target=None if targets is None else targets[i])
         values.append(value)
         iterations.append(steps)
@@ -255,9 +257,9 @@ def flops_per_product(method: str, fn: Map, x: Tensor) -> dict[str, int]:
                 torch.autograd.grad(fn(xg), xg, Ju)
 
         return {"product": count_flops(step), "linearize": 0}
-    lin = lipnb.lipschitz.linearize(fn, x)
+    lin = lipnb.core.lipschitz.linearize(fn, x)
     return {"product": count_flops(lambda: lin.vjp(lin.jvp(u))),
-            "linearize": count_flops(lambda: lipnb.lipschitz.linearize(fn, x))}
+            "linearize": count_flops(lambda: lipnb.core.lipschitz.linearize(fn, x))}
 
 
 def load_average() -> list[float]:
@@ -471,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                      "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
                      "git": commit},
         "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "paper_method": {"tol": benchmark.PAPER_TOL, "max_iter": benchmark.PAPER_MAX_ITER, "dtype": "float32",
+        "paper_method": {"tol": published.PAPER_TOL, "max_iter": published.PAPER_MAX_ITER, "dtype": "float32",
                          "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},
         "lipnb_defaults": {"method": "lanczos", "rtol": 1e-4, "max_iter": 200, "presolve": "auto"},
         "lipnb_tol": LIPNB_TOL,

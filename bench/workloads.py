@@ -12,7 +12,7 @@ in the threads and in the call that chapter 10 recorded:
 On each, interleaved and repeated (``--repeats``, default 3; medians and ranges reported), through the
 public API only:
 
-``paper``      App. E.1 on the module, one input at a time (``lipnb.benchmark.paper_power_iteration``);
+``paper``      App. E.1 on the module, one input at a time (``lipnb.paper.published.paper_power_iteration``);
 ``paper-oracle`` the same loop stopped at the first step within 1e-4 of the reference (an oracle no user
                has: the cheapest the paper's loop can be at lipnb's accuracy, where its own test stops early);
 ``default``    ``local_lipschitz(f, X)``: stop once ``error ≤ 1e-4`` (the value within 1e-4 of the nearest
@@ -34,7 +34,7 @@ the paper's loop works on one input at a time and barely notices).
 
 Accuracy: every estimate against a float64 reference (``bench/lipschitz.py``'s: ARPACK on the closed form,
 certified on the float64 module). Time split of each lipnb call (an untimed twin run with timers around
-``lipnb.lipschitz.linearize`` and the ``JᵀJ`` products): linearise / products / solver (the rest), wall
+``lipnb.core.lipschitz.linearize`` and the ``JᵀJ`` products): linearise / products / solver (the rest), wall
 and CPU. Product cost: one batched ``JᵀJ`` product against one forward pass of the module on the batch.
 ``--models`` adds other layers (e.g. ``gpt2-random:6``, ``smollm2:3``), on the issue's workload only.
 
@@ -44,7 +44,7 @@ Usage::
     python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3   # the record (about 15 min)
     python bench/workloads.py --models smollm2:3 --workloads chapter-10 --out /tmp/one-thread.json
 
-Writes ``lipnb.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
+Writes ``lipnb.experiments.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
 """
 
 from __future__ import annotations
@@ -66,8 +66,12 @@ import torch
 from torch import Tensor
 
 import lipnb
-from lipnb import benchmark, data, krylov, llama, models
-from lipnb import lipschitz as lipschitz_module
+from lipnb import data, models
+from lipnb.core import krylov
+from lipnb.core import lipschitz as lipschitz_module
+from lipnb.experiments import benchmark
+from lipnb.models import llama
+from lipnb.paper import published
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_lipschitz", Path(__file__).with_name("lipschitz.py"))
@@ -301,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
                      "git": commit},
         "command": "python bench/workloads.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "calls": {m: {k: str(v) for k, v in o.items()} for m, o in CALLS.items()},
-        "paper_method": {"tol": benchmark.PAPER_TOL, "max_iter": benchmark.PAPER_MAX_ITER, "dtype": "float32",
+        "paper_method": {"tol": published.PAPER_TOL, "max_iter": published.PAPER_MAX_ITER, "dtype": "float32",
                          "oracle": {"rtol": 1e-4, "max_iter": ORACLE_MAX_ITER}},
         "runs": rows,
     }

@@ -1,14 +1,23 @@
-"""lipnb: the numerical core of the executable book *How Smooth Is Attention?*.
+"""lipnb: the numerical core of the executable book *How Smooth Is Attention?*, in floors.
 
-One module per concept: the maps (:mod:`~lipnb.attention`, :mod:`~lipnb.normalization`), Lemma C.2
-taken apart (:mod:`~lipnb.jacobian`), local Lipschitz constants (:mod:`~lipnb.lipschitz`), every bound
-(:mod:`~lipnb.bounds`), the inputs that attain them (:mod:`~lipnb.inputs`), attention on measures
-(:mod:`~lipnb.measures`) and as a flow (:mod:`~lipnb.flow`), real layers taken apart (:mod:`~lipnb.heads`),
-fits and intervals (:mod:`~lipnb.stats`), cached sweeps (:mod:`~lipnb.synthetic`, :mod:`~lipnb.real_text`,
-:mod:`~lipnb.adversarial`) returning typed tables
-(:mod:`~lipnb.results`), and what a chapter does with them (:mod:`~lipnb.report`). Real models, texts and
-run profiles (:mod:`~lipnb.models`, :mod:`~lipnb.data`, :mod:`~lipnb.profiles`) and the modules that
-need them are imported on first use, because they load ``transformers`` or ``pandas``.
+Each floor imports only from the floors below it (``import-linter`` holds this, ``[tool.importlinter]`` in
+``pyproject.toml``):
+
+* :mod:`lipnb.experiments`: the sweeps of each part of the book, their statistics, the language-model and
+  long-context runs, the benchmark records;
+* :mod:`lipnb.paper`: what the papers and their published code say or do (numbers, settings, the published
+  estimator);
+* :mod:`lipnb.models`: real layers (BERT, GPT-2, Llama/SmolLM2) as maps with closed-form Jacobians, loading,
+  heads, quantisation;
+* :mod:`lipnb.core`: the mathematics (maps, Jacobians, the Krylov solvers and the estimator, bounds, inputs,
+  measures, L2 attention);
+* at the top of the package, what every floor and chapter uses: argument checks (:mod:`lipnb.checks`), texts
+  (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`) and what
+  a chapter does with its numbers (:mod:`lipnb.report`, :mod:`lipnb.figures`).
+
+The names users call (:func:`local_lipschitz` and the maps) are here; every module is reachable as an attribute
+(``lipnb.core.krylov``) and imported on first use, so ``import lipnb`` loads neither ``transformers`` nor
+``pandas``.
 """
 
 from __future__ import annotations
@@ -19,10 +28,9 @@ import importlib
 from pathlib import Path
 from types import ModuleType
 
-from . import bounds, inputs
-from .attention import MultiHead, attention_matrix, mask_future, multihead_attention, self_attention
-from .jacobian import MultiHeadMap, lemma_c_2_jvp
-from .lipschitz import (
+from .core.attention import MultiHead, attention_matrix, mask_future, multihead_attention, self_attention
+from .core.jacobian import MultiHeadMap, lemma_c_2_jvp
+from .core.lipschitz import (
     LipschitzResult,
     NotConvergedWarning,
     exact_local_lipschitz,
@@ -38,9 +46,7 @@ __all__ = [
     "NotConvergedWarning",
     "__version__",
     "attention_matrix",
-    "bounds",
     "exact_local_lipschitz",
-    "inputs",
     "jacobian_matrix",
     "lemma_c_2_jvp",
     "local_lipschitz",
@@ -50,8 +56,10 @@ __all__ = [
     "weighted_operator_norm",
 ]
 
-# Every module of the package, found on disk so that none is left out: imported on first attribute access.
-_LAZY = frozenset(p.stem for p in Path(__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+# Every module and floor of the package, found on disk so that none is left out: imported on first access.
+_HERE = Path(__file__).parent
+_LAZY = frozenset(p.stem for p in _HERE.glob("*.py") if not p.stem.startswith("_")) | frozenset(
+    p.parent.name for p in _HERE.glob("*/__init__.py"))
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .checks import check_positive_int
-from .l2_bounds import phi_inverse
+from .core.l2_bounds import phi_inverse
 
 __all__ = [
     "Attention",

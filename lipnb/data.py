@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence
-from .results import progress_bar
+from .results import progress_bar, user_cache_dir
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -57,7 +57,6 @@ __all__ = [
     "offline_by_env",
     "reachable",
     "token_sequences",
-    "user_cache_dir",
 ]
 
 DATA_ENV = "LIPNB_DATA_DIR"
@@ -92,11 +91,6 @@ FILES: dict[str, DataFile] = {
     ),
 }
 
-
-def user_cache_dir() -> Path:
-    """``$XDG_CACHE_HOME/lipnb``, else ``~/.cache/lipnb``: where lipnb caches what it builds."""
-    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(root).expanduser().absolute() / "lipnb"
 
 
 def data_dir() -> Path:

@@ -42,6 +42,7 @@ __all__ = [
     "code_version",
     "progress",
     "progress_bar",
+    "user_cache_dir",
 ]
 
 T = TypeVar("T")
@@ -49,17 +50,24 @@ CACHE_ENV = "LIPNB_CACHE_DIR"
 Column = Tensor | Sequence[float] | Sequence[int] | Sequence[str]
 
 
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/lipnb``, else ``~/.cache/lipnb``: where lipnb caches what it builds."""
+    root = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(root).expanduser().absolute() / "lipnb"
+
+
 def cache_dir() -> Path:
     """The results cache: ``$LIPNB_CACHE_DIR``, else ``results/`` in the user cache (never inside the package)."""
-    from .data import user_cache_dir
-
     return Path(os.environ.get(CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
 
 
 def code_version() -> str:
-    """A hash of lipnb's source files: editing any sweep (or what it calls) changes every cache key."""
+    """A hash of lipnb's source files, every subpackage's included, with their paths: editing or moving any
+    module (a sweep or what it calls) changes every cache key."""
     digest = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.glob("*.py")):
+    root = Path(__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 

@@ -17,8 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel
 
-from lipnb import adversarial, bounds, data, models, profiles, real_text, results, stats, synthetic
-from lipnb.attention import MultiHead
+from lipnb import data, models, profiles, results
+from lipnb.core import bounds
+from lipnb.core.attention import MultiHead
+from lipnb.experiments import adversarial, real_text, stats, synthetic
 
 F64 = torch.float64
 VOCAB, POSITIONS, WIDTH, LAYERS, HEADS = 50, 12, 16, 2, 4

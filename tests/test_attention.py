@@ -1,4 +1,4 @@
-"""Attention maps of :mod:`lipnb.attention` against naive formulas, autograd and the definitions.
+"""Attention maps of :mod:`lipnb.core.attention` against naive formulas, autograd and the definitions.
 
 Def 2.1 (single head), Def 2.2 (multi-head), Def 2.5 (masked), Def C.4 (weighted), App. E.3
 (biases, Remark E.1) and the closed-form differential of Lemma C.2 / D.1 / C.6 / E.2, both
@@ -16,8 +16,8 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
-from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
-from lipnb.jacobian import MultiHeadMap, concat_heads, lemma_c_2_jvp
+from lipnb.core.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.core.jacobian import MultiHeadMap, concat_heads, lemma_c_2_jvp
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""lipnb.benchmark: the paper's loop (App. E.1) and the recorded benchmark runs shipped with lipnb."""
+"""lipnb.experiments.benchmark: the paper's loop (App. E.1) and the recorded benchmark runs shipped with lipnb."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from lipnb import benchmark
+from lipnb.experiments import benchmark
+from lipnb.paper import published
 
 
 def test_paper_loop_finds_a_known_norm_and_stops_on_its_own_rule() -> None:
@@ -17,10 +18,10 @@ def test_paper_loop_finds_a_known_norm_and_stops_on_its_own_rule() -> None:
     D = torch.ones(1, 6, 4, dtype=torch.float64)
     D[0, 2, 1] = 3.0
     x = torch.randn(1, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    value, steps = benchmark.paper_power_iteration(lambda Z: Z * D, x)
-    assert abs(value - 3.0) < 1e-4 and 2 <= steps < benchmark.PAPER_MAX_ITER
+    value, steps = published.paper_power_iteration(lambda Z: Z * D, x)
+    assert abs(value - 3.0) < 1e-4 and 2 <= steps < published.PAPER_MAX_ITER
     D[0, 3, 2] = 3.0 - 1e-9                       # two almost equal top values: still stops
-    assert benchmark.paper_power_iteration(lambda Z: Z * D, x)[1] < benchmark.PAPER_MAX_ITER
+    assert published.paper_power_iteration(lambda Z: Z * D, x)[1] < published.PAPER_MAX_ITER
 
 
 def test_oracle_stop_is_the_first_step_within_rtol_of_the_target() -> None:
@@ -31,13 +32,13 @@ def test_oracle_stop_is_the_first_step_within_rtol_of_the_target() -> None:
     D[0, 2, 1], D[0, 4, 3] = 3.0, 2.97
     x = torch.randn(1, 6, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
     fn = lambda Z: Z * D                                                     # noqa: E731
-    own, own_steps = benchmark.paper_power_iteration(fn, x)
+    own, own_steps = published.paper_power_iteration(fn, x)
     assert abs(own / 3 - 1) > 1e-4
-    value, steps = benchmark.paper_power_iteration(fn, x, target=3.0, max_iter=2000)
+    value, steps = published.paper_power_iteration(fn, x, target=3.0, max_iter=2000)
     assert abs(value / 3 - 1) <= 1e-4 and steps > own_steps
-    before, _ = benchmark.paper_power_iteration(fn, x, target=3.0, max_iter=steps - 1)
+    before, _ = published.paper_power_iteration(fn, x, target=3.0, max_iter=steps - 1)
     assert abs(before / 3 - 1) > 1e-4
-    assert benchmark.paper_power_iteration(fn, x, target=4.0, max_iter=7)[1] == 7
+    assert published.paper_power_iteration(fn, x, target=4.0, max_iter=7)[1] == 7
 
 
 def test_records_ship_with_lipnb_and_tabulate() -> None:

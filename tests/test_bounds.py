@@ -1,7 +1,7 @@
-"""The bounds of :mod:`lipnb.bounds` against exact local Lipschitz constants (dense float64 SVD).
+"""The bounds of :mod:`lipnb.core.bounds` against exact local Lipschitz constants (dense float64 SVD).
 
 Every upper bound must be >= ``Lip_X f`` and every lower bound <= it, on random inputs (hypothesis)
-and on the adversarial inputs of :mod:`lipnb.inputs`. Comparisons allow only float64 rounding
+and on the adversarial inputs of :mod:`lipnb.core.inputs`. Comparisons allow only float64 rounding
 (``SLACK``), since some bounds are attained exactly (one token, or all tokens equal). Also: Theorem C.3 term
 by term, the fast multi-head data bound, the sharpened Theorems 3.5 and E.3 (and their log forms), the
 corrected Theorem 4.4 with the weighted Hardy lemma, and the flow's radius and Grönwall bounds.
@@ -21,10 +21,10 @@ from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
 
-from lipnb import bounds
-from lipnb import inputs as adv
-from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
-from lipnb.bounds import (
+from lipnb.core import bounds
+from lipnb.core import inputs as adv
+from lipnb.core.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.core.bounds import (
     flow_gronwall_log,
     flow_radius_bound,
     log_theorem_3_5,
@@ -40,11 +40,11 @@ from lipnb.bounds import (
     theorem_e_3_sharpened,
     two_dirac_constant,
 )
-from lipnb.flow import attention_flow, flow_jacobians
-from lipnb.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure
-from lipnb.jacobian import lemma_c_2_term_matrices
-from lipnb.lipschitz import exact_local_lipschitz, local_lipschitz
-from lipnb.measures import masked_mean_field, masked_mean_field_ratio, weighted_attention_lipschitz
+from lipnb.core.flow import attention_flow, flow_jacobians
+from lipnb.core.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure
+from lipnb.core.jacobian import lemma_c_2_term_matrices
+from lipnb.core.lipschitz import exact_local_lipschitz, local_lipschitz
+from lipnb.core.measures import masked_mean_field, masked_mean_field_ratio, weighted_attention_lipschitz
 
 F64 = torch.float64
 SLACK = 1e-12  # relative float64 rounding allowed in "bound >= exact" when the bound is attained

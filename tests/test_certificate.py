@@ -1,5 +1,5 @@
-"""The certificate audit (:mod:`lipnb.certificate`): its generators give the spectra they promise, its counts
-count what they say (planted results), and a sample of the audit finds nothing the mathematics forbids."""
+"""The certificate audit (:mod:`lipnb.experiments.certificate`): its generators give the spectra they promise, its
+counts count what they say (planted results), and a sample of the audit finds nothing the mathematics forbids."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pytest
 import torch
 from hypothesis import given
 
-from lipnb import certificate, jacobian_matrix, local_lipschitz
-from lipnb.certificate import (
+from lipnb import jacobian_matrix, local_lipschitz
+from lipnb.experiments import certificate
+from lipnb.experiments.certificate import (
     BATCH,
     Problem,
     certificate_audit,

@@ -10,8 +10,8 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lipnb import bounds, inputs
 from lipnb.checks import all_finite, as_count, as_radius, check_float, check_positive_int
+from lipnb.core import bounds, inputs
 
 f64 = torch.float64
 numbers = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=64), st.integers(-10, 10**6))
@@ -139,7 +139,7 @@ def test_local_lipschitz_refuses_integer_tokens() -> None:
 
 
 def test_fits_refuse_what_they_cannot_fit() -> None:
-    from lipnb import stats
+    from lipnb.experiments import stats
 
     with pytest.raises(ValueError, match="same number"):
         stats.fit_line(torch.arange(3.0), torch.arange(4.0))
@@ -156,7 +156,7 @@ def test_fits_refuse_what_they_cannot_fit() -> None:
 
 
 def test_flow_checks_its_steps() -> None:
-    from lipnb import flow
+    from lipnb.core import flow
 
     X, A = torch.randn(1, 4, 3, dtype=f64), torch.eye(3, dtype=f64)
     with pytest.raises(ValueError, match="L must be >= 1"):

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "_ext"))
 from colab_cell import MARKER, NO_DEPS, first_cell, repository_url  # noqa: E402
 
-from lipnb.loading import HUB_MODELS, MODEL_NAMES  # noqa: E402
+from lipnb.models.loading import HUB_MODELS, MODEL_NAMES  # noqa: E402
 
 CHAPTERS = sorted((ROOT / "book").glob("[0-9]*.md"))
 
@@ -150,7 +150,7 @@ def _chapter_imports() -> set[str]:
 COLAB_HAS = ["torch==2.13.0", "ipython"]
 LOADS = """
 import importlib, json, sys
-from lipnb.loading import HUB_MODELS, MODEL_NAMES, load
+from lipnb.models.loading import HUB_MODELS, MODEL_NAMES, load
 for module in json.loads(sys.argv[1]):
     importlib.import_module(module)
 for name in MODEL_NAMES:

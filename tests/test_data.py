@@ -17,7 +17,7 @@ import torch
 from transformers import AutoTokenizer, GPT2Tokenizer, PreTrainedTokenizerBase
 
 from lipnb import data
-from lipnb.loading import _gpt2_tokenizer_dir, _minilm_dir
+from lipnb.models.loading import _gpt2_tokenizer_dir, _minilm_dir
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 ALICE_START = "[Alice's Adventures in Wonderland by Lewis Carroll 1865]"

@@ -1,7 +1,7 @@
 """The fast path of :func:`lipnb.local_lipschitz`: closed-form Jacobian products, compaction, chunking.
 
 Lemma C.2 (multi-head: Def 2.2; masked: Lemma D.1; biased: Lemma E.2) in closed form,
-:class:`lipnb.jacobian.MultiHeadMap`, checked against dense float64 Jacobians and against the
+:class:`lipnb.core.jacobian.MultiHeadMap`, checked against dense float64 Jacobians and against the
 Hugging Face modules it stands for; batches shrinking as inputs converge and batches split to fit
 the device's memory give the same estimates. No test here times anything.
 """
@@ -21,11 +21,11 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
-import lipnb.lipschitz as lipschitz
-from lipnb import krylov, memory
-from lipnb.attention import MultiHead, multihead_attention
-from lipnb.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
-from lipnb.lipschitz import (
+import lipnb.core.lipschitz as lipschitz
+from lipnb.core import krylov, memory
+from lipnb.core.attention import MultiHead, multihead_attention
+from lipnb.core.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
+from lipnb.core.lipschitz import (
     Linearizable,
     Linearization,
     NotConvergedWarning,
@@ -34,8 +34,8 @@ from lipnb.lipschitz import (
     linearize,
     local_lipschitz,
 )
-from lipnb.normalization import LayerNormLinearization, layer_norm
-from lipnb.sublayers import ResidualAttentionMap
+from lipnb.core.normalization import LayerNormLinearization, layer_norm
+from lipnb.core.sublayers import ResidualAttentionMap
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""The attention flow of :mod:`lipnb.flow` (chapter 9's residual stack): Euler and RK4 steps, the per-step
+"""The attention flow of :mod:`lipnb.core.flow` (chapter 9's residual stack): Euler and RK4 steps, the per-step
 Jacobians, and the cluster labels of the final tokens."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from conftest import random_attention_params
 from hypothesis import given
 
 from lipnb import jacobian_matrix, self_attention
-from lipnb.flow import attention_flow, attention_flow_rk4, cluster_labels, flow_jacobians
+from lipnb.core.flow import attention_flow, attention_flow_rk4, cluster_labels, flow_jacobians
 
 F64 = torch.float64
 

@@ -7,15 +7,16 @@ import re
 import pytest
 import torch
 
-from lipnb import glance, paper_numbers
-from lipnb.paper_settings import (
+from lipnb.experiments import glance
+from lipnb.experiments.real_text import PAPER
+from lipnb.paper import paper_numbers
+from lipnb.paper.paper_settings import (
     ADVERSARIAL_RANDOM_GPT2,
     REAL_DATA_RANDOM_GPT2,
     random_gpt2_adversarial_panel,
     random_gpt2_real_data_panel,
 )
-from lipnb.published import SCRIPT_SETTINGS
-from lipnb.real_text import PAPER
+from lipnb.paper.published import SCRIPT_SETTINGS
 
 
 def test_the_six_verdict_words_each_have_a_meaning() -> None:

@@ -1,4 +1,4 @@
-"""The head helpers of :mod:`lipnb.heads` (Lemma 3.8, App. E.3): LayerNorm activations of real architectures,
+"""The head helpers of :mod:`lipnb.models.heads` (Lemma 3.8, App. E.3): LayerNorm activations of real architectures,
 bias perturbations (Remark E.1), the textbook multi-head layer, single heads and per-head constants."""
 
 from __future__ import annotations
@@ -9,16 +9,16 @@ from conftest import random_multihead
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model
 
 from lipnb import MultiHead, exact_local_lipschitz, local_lipschitz, models, multihead_attention
-from lipnb.heads import (
+from lipnb.core.attention import single_head
+from lipnb.core.jacobian import MultiHeadMap
+from lipnb.core.normalization import normalization_radius
+from lipnb.models.heads import (
     attention_layernorm,
     bias_perturbation_effect,
     layernorm_activations,
     per_head_lipschitz,
-    single_head,
     textbook_multihead,
 )
-from lipnb.jacobian import MultiHeadMap
-from lipnb.normalization import normalization_radius
 
 F64 = torch.float64
 

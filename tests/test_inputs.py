@@ -1,4 +1,4 @@
-"""The inputs of :mod:`lipnb.inputs` and the behaviour the theory predicts at them.
+"""The inputs of :mod:`lipnb.core.inputs` and the behaviour the theory predicts at them.
 
 Lemma C.7 / Proposition 3.4 configurations, Proposition 3.6 two-Dirac measures, Theorem 3.7 generic
 inputs (limit ``||V|| √n``), and the App. C.7 null-set input where ``Lip_X f`` grows like ``R²``; also ball
@@ -20,11 +20,11 @@ from hypothesis import assume, given
 from hypothesis.extra.numpy import arrays
 from torch import Tensor
 
-from lipnb import bounds
-from lipnb import inputs as adv
-from lipnb.attention import attention_matrix, self_attention
-from lipnb.bounds import gamma, theorem_3_7_limit
-from lipnb.inputs import (
+from lipnb.core import bounds
+from lipnb.core import inputs as adv
+from lipnb.core.attention import attention_matrix, self_attention
+from lipnb.core.bounds import gamma, theorem_3_7_limit
+from lipnb.core.inputs import (
     adversarial_case,
     argmax_configuration,
     ball_tokens,
@@ -32,8 +32,8 @@ from lipnb.inputs import (
     maximize_local_lipschitz,
     repeat_tokens,
 )
-from lipnb.jacobian import MultiHeadMap, score_gaps
-from lipnb.lipschitz import exact_local_lipschitz, weighted_operator_norm
+from lipnb.core.jacobian import MultiHeadMap, score_gaps
+from lipnb.core.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
 F64 = torch.float64
 Map = Callable[[Tensor], Tensor]

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from lipnb import exact_local_lipschitz, jacobian_matrix
-from lipnb.attention import self_attention
-from lipnb.bounds import theorem_3_3
-from lipnb.inputs import quadratic_growth_input
-from lipnb.invertible import contraction_coefficient, fixed_point_inverse, geometric_rate, residual_map
-from lipnb.l2_attention import L2AttentionMap
-from lipnb.l2_bounds import theorem_3_2_two
-from lipnb.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
+from lipnb.core.attention import self_attention
+from lipnb.core.bounds import theorem_3_3
+from lipnb.core.inputs import quadratic_growth_input
+from lipnb.core.invertible import contraction_coefficient, fixed_point_inverse, geometric_rate, residual_map
+from lipnb.core.l2_attention import L2AttentionMap
+from lipnb.core.l2_bounds import theorem_3_2_two
+from lipnb.experiments.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
 
 
 def test_l2_residual_inverts_at_the_spectral_rate() -> None:

@@ -1,4 +1,4 @@
-"""The Jacobian of self-attention in :mod:`lipnb.jacobian`: Lemma C.2's terms, score gaps and the selection
+"""The Jacobian of self-attention in :mod:`lipnb.core.jacobian`: Lemma C.2's terms, score gaps and the selection
 Jacobian of the large-radius limit (Theorem 3.7), and Jacobian block norms (Lemma D.1)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import torch
 from conftest import random_attention_params, random_attention_problem, random_head_matrix
 
 from lipnb import jacobian_matrix, self_attention
-from lipnb.bounds import theorem_3_7_limit
-from lipnb.jacobian import jacobian_block_norms, lemma_c_2_term_matrices, score_gaps, selection_jacobian
+from lipnb.core.bounds import theorem_3_7_limit
+from lipnb.core.jacobian import jacobian_block_norms, lemma_c_2_term_matrices, score_gaps, selection_jacobian
 
 F64 = torch.float64
 

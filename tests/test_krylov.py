@@ -1,4 +1,4 @@
-"""lipnb.krylov: the batched power iteration and Lanczos against dense float64 singular values."""
+"""lipnb.core.krylov: the batched power iteration and Lanczos against dense float64 singular values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from conftest import prescribed_jacobians
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lipnb.krylov import NormalOperator, fill_holes, lanczos, power_iteration
+from lipnb.core.krylov import NormalOperator, fill_holes, lanczos, power_iteration
 
 F64 = torch.float64
 

@@ -8,7 +8,14 @@ import torch
 from hypothesis import given, settings
 
 from lipnb import exact_local_lipschitz, local_lipschitz
-from lipnb.l2_attention import L2AttentionMap, L2Heads, l2_attention, l2_scores, random_l2_heads, untied_blowup_input
+from lipnb.core.l2_attention import (
+    L2AttentionMap,
+    L2Heads,
+    l2_attention,
+    l2_scores,
+    random_l2_heads,
+    untied_blowup_input,
+)
 
 
 def _assert_close(a: torch.Tensor, b: torch.Tensor) -> None:

@@ -8,8 +8,8 @@ import torch
 from hypothesis import given, settings
 
 from lipnb import exact_local_lipschitz
-from lipnb.l2_attention import L2AttentionMap, L2Heads, random_l2_heads
-from lipnb.l2_bounds import (
+from lipnb.core.l2_attention import L2AttentionMap, L2Heads, random_l2_heads
+from lipnb.core.l2_bounds import (
     exact_local_lipschitz_inf,
     phi_inverse,
     softmax_distance_sum,
@@ -17,7 +17,7 @@ from lipnb.l2_bounds import (
     theorem_3_2_two,
     theorem_3_2_two_as_printed,
 )
-from lipnb.l2_tightness import maximize_l2_lipschitz, proof_start
+from lipnb.experiments.l2_tightness import maximize_l2_lipschitz, proof_start
 
 
 @pytest.mark.parametrize("N", [2, 3, 10, 100])

@@ -8,9 +8,15 @@ import pytest
 import torch
 
 from lipnb import exact_local_lipschitz
-from lipnb.l2_attention import L2AttentionMap, random_l2_heads
-from lipnb.l2_bounds import exact_local_lipschitz_inf, phi_inverse
-from lipnb.l2_tightness import fitted_rates, identity_head, jacobian_norm, maximize_l2_lipschitz, proof_start
+from lipnb.core.l2_attention import L2AttentionMap, random_l2_heads
+from lipnb.core.l2_bounds import exact_local_lipschitz_inf, phi_inverse
+from lipnb.experiments.l2_tightness import (
+    fitted_rates,
+    identity_head,
+    jacobian_norm,
+    maximize_l2_lipschitz,
+    proof_start,
+)
 from lipnb.results import ResultTable
 
 

@@ -1,4 +1,4 @@
-"""Local Lipschitz constants of :mod:`lipnb.lipschitz` against dense float64 SVDs.
+"""Local Lipschitz constants of :mod:`lipnb.core.lipschitz` against dense float64 SVDs.
 
 Lemma 3.1 (``Lip_X f = ||D_X f||_2``, top singular vector = direction of fastest change), App. E.1
 (power iteration; Lanczos is the default), Lemma C.5 (weighted operator norm of Def C.4).
@@ -19,11 +19,11 @@ import torch
 from hypothesis import given
 from torch import Tensor
 
-from lipnb import memory
-from lipnb.attention import MultiHead, attention_matrix, multihead_attention, self_attention
-from lipnb.jacobian import MultiHeadMap
-from lipnb.krylov import normalize, norms
-from lipnb.lipschitz import (
+from lipnb.core import memory
+from lipnb.core.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.core.jacobian import MultiHeadMap
+from lipnb.core.krylov import normalize, norms
+from lipnb.core.lipschitz import (
     LipschitzResult,
     NotConvergedWarning,
     exact_local_lipschitz,

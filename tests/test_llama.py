@@ -7,8 +7,10 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from lipnb import inputs, llama, models
-from lipnb.lipschitz import exact_local_lipschitz, jacobian_matrix, local_lipschitz
+from lipnb import models
+from lipnb.core import inputs
+from lipnb.core.lipschitz import exact_local_lipschitz, jacobian_matrix, local_lipschitz
+from lipnb.models import llama
 
 
 @pytest.fixture(scope="module")

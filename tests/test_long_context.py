@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from lipnb import long_context as lc
+from lipnb.experiments import long_context as lc
 
 
 def test_attention_rows_match_closed_forms() -> None:

@@ -1,4 +1,4 @@
-"""The mean-field measures of :mod:`lipnb.measures` (App. C.3-C.7, Def. 2.6, Def. 4.1): own-query norms,
+"""The mean-field measures of :mod:`lipnb.core.measures` (App. C.3-C.7, Def. 2.6, Def. 4.1): own-query norms,
 weighted and repeated-token constants, empirical and conditional Wasserstein distances, masked mean field."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import exact_local_lipschitz, self_attention, weighted_operator_norm
-from lipnb.inputs import repeat_tokens
-from lipnb.jacobian import attention_covariances
-from lipnb.measures import (
+from lipnb.core.inputs import repeat_tokens
+from lipnb.core.jacobian import attention_covariances
+from lipnb.core.measures import (
     conditional_w2,
     masked_mean_field,
     masked_mean_field_ratio,

@@ -13,9 +13,10 @@ from huggingface_hub import constants as hub_constants
 from torch import Tensor, nn
 from transformers import GPT2Model
 
-from lipnb import loading, models
-from lipnb.attention import multihead_attention
-from lipnb.lipschitz import Linearizable, local_lipschitz
+from lipnb import models
+from lipnb.core.attention import multihead_attention
+from lipnb.core.lipschitz import Linearizable, local_lipschitz
+from lipnb.models import loading
 
 OFFLINE = models.OFFLINE_MODELS
 SENTENCE = "Alice was beginning to get very tired of sitting by her sister"
@@ -398,8 +399,9 @@ def test_attention_map_rejects_bad_arguments(loaded: dict[str, tuple]) -> None:
 
 
 def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
-    """A Llama model: every kind of map and its inputs come from :mod:`lipnb.llama` (rotary unless ``-norope``)."""
-    from lipnb import llama
+    """A Llama model: every kind of map and its inputs come from :mod:`lipnb.models.llama` (rotary unless
+    ``-norope``)."""
+    from lipnb.models import llama
 
     model, tokenizer = models.load("llama-random")
     ids = tokenizer("Alice was beginning to get very tired", return_tensors="pt")["input_ids"]
@@ -416,7 +418,7 @@ def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
                                llama.attention_map(model, 1, head=2)(X))
     with pytest.raises(ValueError, match="causal"):
         models.attention_map(model, 1, masked=False)
-    with pytest.raises(TypeError, match=r"lipnb\.llama"):
+    with pytest.raises(TypeError, match=r"lipnb\.models\.llama"):
         models.head_matrices(model, 1)
 
 

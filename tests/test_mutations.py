@@ -34,7 +34,8 @@ import pytest
 import torch
 from conftest import mutation_tests
 
-from lipnb import attention, bounds, flow, inputs, jacobian, krylov, lipschitz, measures, normalization, real_text
+from lipnb.core import attention, bounds, flow, inputs, jacobian, krylov, lipschitz, measures, normalization
+from lipnb.experiments import real_text
 
 f64 = torch.float64
 

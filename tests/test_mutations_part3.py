@@ -1,9 +1,9 @@
 """Mutation test of Part III (chapters 31, 33 and 35): each chapter check can fail.
 
-Each mutation replaces one formula of ``lipnb.l2_attention``, ``lipnb.l2_bounds``, ``lipnb.invertible`` or
-``lipnb.charlm`` (with ``monkeypatch``) by a wrong one: a factor dropped, a power of a weight norm changed,
-the Lambert-W argument of the paper's print, a sign flipped. ``MUTATIONS`` names the *catchers*: functions
-below that repeat a chapter's check with the same lipnb calls and the same ``lipnb.report.check``
+Each mutation replaces one formula of ``lipnb.core.l2_attention``, ``lipnb.core.l2_bounds``,
+``lipnb.core.invertible`` or ``lipnb.charlm`` (with ``monkeypatch``) by a wrong one: a factor dropped, a power
+of a weight norm changed, the Lambert-W argument of the paper's print, a sign flipped. ``MUTATIONS`` names the
+*catchers*: functions below that repeat a chapter's check with the same lipnb calls and the same ``lipnb.report.check``
 comparison (the chapter and claim are in each docstring). The test asserts that every catcher listed fails
 (``check`` raises ``AssertionError``) under the mutation, and ``test_catchers_pass`` that each holds without.
 
@@ -21,11 +21,12 @@ import torch
 from conftest import mutate, mutation_tests
 from scipy.special import lambertw
 
-from lipnb import charlm, charlm_runs, invertible, l2_bounds
-from lipnb.l2_attention import L2AttentionMap, L2Heads, L2Linearization, l2_attention, random_l2_heads
-from lipnb.l2_bounds import exact_local_lipschitz_inf, softmax_distance_sum
-from lipnb.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
-from lipnb.lipschitz import exact_local_lipschitz, jacobian_matrix
+from lipnb import charlm, charlm_runs
+from lipnb.core import invertible, l2_bounds
+from lipnb.core.l2_attention import L2AttentionMap, L2Heads, L2Linearization, l2_attention, random_l2_heads
+from lipnb.core.l2_bounds import exact_local_lipschitz_inf, softmax_distance_sum
+from lipnb.core.lipschitz import exact_local_lipschitz, jacobian_matrix
+from lipnb.experiments.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
 from lipnb.report import check
 
 f64 = torch.float64

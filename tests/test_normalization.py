@@ -1,4 +1,4 @@
-"""The normalizations of :mod:`lipnb.normalization` (Sec. 2.3): LayerNorm and RMSNorm, the sphere their
+"""The normalizations of :mod:`lipnb.core.normalization` (Sec. 2.3): LayerNorm and RMSNorm, the sphere their
 outputs lie on, the exact radius of their image, and absorbing them into the attention weights."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 from conftest import random_multihead
 
 from lipnb import multihead_attention
-from lipnb.normalization import (
+from lipnb.core.normalization import (
     absorb_normalization,
     layer_norm,
     normalization_radius,

@@ -1,4 +1,5 @@
-"""The public surface: every module reachable as ``lipnb.<name>``, every public definition in its ``__all__``."""
+"""The public surface: every module reachable as ``lipnb.<name>`` or ``lipnb.<floor>.<name>``, every public
+definition in its ``__all__``; the floors' import contracts hold."""
 
 from __future__ import annotations
 
@@ -11,17 +12,37 @@ import pytest
 
 import lipnb
 
-MODULES = sorted(p.stem for p in Path(lipnb.__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+ROOT = Path(lipnb.__file__).parent
+# Every module as its dotted path below lipnb: "checks", "core.krylov", ...
+MODULES = sorted(".".join(p.relative_to(ROOT).with_suffix("").parts) for p in ROOT.rglob("*.py")
+                 if not p.stem.startswith("_"))
 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_module_is_reachable_and_its_all_is_complete(name: str) -> None:
-    module = getattr(lipnb, name)
+    owner = lipnb
+    for part in name.split("."):
+        assert part in dir(owner), f"{part!r} is not listed by dir() of {owner.__name__}"
+        owner = getattr(owner, part)
+    module = owner
     defined = {n for n, obj in vars(module).items() if not n.startswith("_")
                and (inspect.isfunction(obj) or inspect.isclass(obj)) and obj.__module__ == module.__name__}
     assert defined <= set(module.__all__), f"lipnb.{name}.__all__ leaves out {sorted(defined - set(module.__all__))}"
     assert set(module.__all__) <= set(vars(module)), f"lipnb.{name}.__all__ names what it does not define"
-    assert name in dir(lipnb)
+
+
+def test_every_folder_of_lipnb_is_a_floor_of_the_contracts() -> None:
+    """Each subpackage is a layer of the import contract, so no floor escapes it."""
+    text = (ROOT.parent / "pyproject.toml").read_text()
+    for init in ROOT.glob("*/__init__.py"):
+        assert f'"lipnb.{init.parent.name}"' in text, f"lipnb.{init.parent.name} is in no import contract"
+
+
+def test_the_import_contracts_hold() -> None:
+    """``lint-imports`` (import-linter): no floor imports a floor above it, the utilities import no floor."""
+    exe = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(exe), "--no-cache"], capture_output=True, text=True, cwd=ROOT.parent)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_an_unknown_attribute_is_an_attribute_error() -> None:

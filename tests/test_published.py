@@ -9,8 +9,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import exact_local_lipschitz, jacobian_matrix, models, self_attention
-from lipnb.paper_settings import decoder_output_tuple_map, paper_random_gpt2, random_gpt2_attention, training_inputs
-from lipnb.published import (
+from lipnb.paper.paper_settings import (
+    decoder_output_tuple_map,
+    paper_random_gpt2,
+    random_gpt2_attention,
+    training_inputs,
+)
+from lipnb.paper.published import (
     first_step_stop_probability,
     published_A,
     published_closed_form,

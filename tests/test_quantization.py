@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lipnb import quantization
+from lipnb.models import quantization
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("gguf") is None, reason="needs gguf")
 

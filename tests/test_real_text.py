@@ -1,4 +1,5 @@
-"""Part II's sweeps (:mod:`lipnb.real_text`, :mod:`lipnb.adversarial`) and the growth fits, on a tiny grid."""
+"""Part II's sweeps (:mod:`lipnb.experiments.real_text`, :mod:`lipnb.experiments.adversarial`) and the growth fits, on a
+tiny grid."""
 
 from __future__ import annotations
 
@@ -13,11 +14,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import data, local_lipschitz, models
-from lipnb.adversarial import adversarial_layers, adversarial_sweep, head_gamma_table
+from lipnb.experiments.adversarial import adversarial_layers, adversarial_sweep, head_gamma_table
+from lipnb.experiments.real_text import (
+    layer_radii,
+    measure,
+    position_aliasing,
+    real_text_sweep,
+    token_radii,
+    token_radius,
+)
+from lipnb.experiments.stats import growth_fits, power_law_break
+from lipnb.paper.published import published_estimator
 from lipnb.profiles import PROFILES
-from lipnb.published import published_estimator
-from lipnb.real_text import layer_radii, measure, position_aliasing, real_text_sweep, token_radii, token_radius
-from lipnb.stats import growth_fits, power_law_break
 
 
 @pytest.fixture
@@ -111,7 +119,7 @@ def test_real_text_sweep_on_a_tiny_grid(alice: None) -> None:
 
 def test_real_text_sweep_reaches_a_llama_decoder(alice: None) -> None:
     """A Llama model goes through the same sweep: causal, rotary, inputs after ``input_layernorm``."""
-    from lipnb import llama
+    from lipnb.models import llama
 
     real = real_text_sweep("llama-random", "alice", [4, 8], 2, layers=[1, 3])
     assert real.frame.masked.all() and sorted(set(real["layer"].tolist())) == [1.0, 3.0]

@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
-from lipnb import MultiHeadMap, bounds, data, local_lipschitz, models, self_attention
-from lipnb.lipschitz import exact_local_lipschitz
+from lipnb import MultiHeadMap, data, local_lipschitz, models, self_attention
+from lipnb.core import bounds
+from lipnb.core.lipschitz import exact_local_lipschitz
 
 F64 = torch.float64
 

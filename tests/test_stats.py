@@ -1,4 +1,5 @@
-"""The statistics of :mod:`lipnb.stats`: the bootstrap slope, the least-squares line and Student intervals."""
+"""The statistics of :mod:`lipnb.experiments.stats`: the bootstrap slope, the least-squares line and Student
+intervals."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from hypothesis import given
 
-from lipnb.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, side, student_interval
+from lipnb.experiments.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, side, student_interval
 
 F64 = torch.float64
 

@@ -1,4 +1,4 @@
-"""lipnb.sublayers: the residual attention sub-layers' closed-form Jacobians against autograd in float64."""
+"""lipnb.core.sublayers: the residual attention sub-layers' closed-form Jacobians against autograd in float64."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import torch
 from conftest import random_multihead
 
 from lipnb import MultiHeadMap
-from lipnb.normalization import layer_norm
-from lipnb.sublayers import ResidualAttentionMap
+from lipnb.core.normalization import layer_norm
+from lipnb.core.sublayers import ResidualAttentionMap
 
 F64 = torch.float64
 

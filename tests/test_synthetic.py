@@ -1,4 +1,4 @@
-"""The sweeps of :mod:`lipnb.synthetic`: Lemma C.7 constants, the synthetic bound sweep (cached),
+"""The sweeps of :mod:`lipnb.experiments.synthetic`: Lemma C.7 constants, the synthetic bound sweep (cached),
 the large-radius error and the quadratic growth slopes."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import torch
 from conftest import random_attention_problem
 
 from lipnb import exact_local_lipschitz, self_attention
-from lipnb.bounds import gamma, lemma_c_7, lemma_c_7_sharpened
-from lipnb.inputs import lemma_c_7_input, random_head
-from lipnb.jacobian import score_gaps
-from lipnb.stats import fit_line
-from lipnb.synthetic import (
+from lipnb.core.bounds import gamma, lemma_c_7, lemma_c_7_sharpened
+from lipnb.core.inputs import lemma_c_7_input, random_head
+from lipnb.core.jacobian import score_gaps
+from lipnb.experiments.stats import fit_line
+from lipnb.experiments.synthetic import (
     large_radius_error,
     lemma_c_7_constants,
     quadratic_growth_slopes,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lipnb.two_papers import rates_table
+from lipnb.experiments.two_papers import rates_table
 
 
 @pytest.fixture(scope="module")

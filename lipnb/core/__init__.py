@@ -1,0 +1,21 @@
+"""The numerical core: maps, Jacobians, solvers, the estimator, bounds and inputs (Castin et al., Secs. 2-4;
+Kim et al., Sec. 3). Imports only the top-level utilities of :mod:`lipnb`."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+# Every module of this floor, found on disk: imported on first attribute access.
+_LAZY = frozenset(p.stem for p in Path(__file__).parent.glob("*.py") if not p.stem.startswith("_"))
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in _LAZY:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY)

@@ -1,0 +1,465 @@
+"""Local Lipschitz constants ``Lip_X(f) = ||D_X f||_2`` (Lemma 3.1, App. E.1 of Castin et al., 2024).
+
+Matrix-free estimates work on the whole batch at once: one forward pass per input builds the
+linearization (in closed form for a :class:`Linearizable` map such as
+:class:`lipnb.core.jacobian.MultiHeadMap`, by autograd otherwise), and every step then costs one
+Jacobian-vector and one vector-Jacobian product on the inputs that have not converged yet. Batches
+larger than the device's memory run in chunks; the solvers themselves are in :mod:`lipnb.core.krylov`.
+Dense float64 Jacobians serve as ground truth on small problems. ``bench/lipschitz.py`` measures all
+this against the paper's method.
+"""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from ..checks import check_positive_int, check_tokens
+from . import memory
+from .attention import log_weights
+from .krylov import (
+    KrylovOutcome,
+    NormalOperator,
+    failure_epsilon,
+    lanczos,
+    normalize,
+    norms,
+    power_iteration,
+    value_error,
+)
+from .map_checks import check_map, check_output, check_same_map, relative_change
+
+__all__ = [
+    "Linearizable",
+    "Linearization",
+    "LipschitzResult",
+    "NotConvergedWarning",
+    "exact_local_lipschitz",
+    "jacobian_matrix",
+    "linearize",
+    "local_lipschitz",
+    "weighted_operator_norm",
+]
+
+Map = Callable[[Tensor], Tensor]
+
+
+class NotConvergedWarning(UserWarning):
+    """Some inputs of a batch did not meet the convergence test within the iteration cap."""
+
+
+@dataclass(frozen=True)
+class LipschitzResult:
+    """Per-input estimates of ``||D_X f||_2`` with what is needed to trust them (all ``(B,)`` but the vectors).
+
+    ``value`` is ``√θ``, ``θ`` the Rayleigh quotient of ``JᵀJ`` at ``right_vector`` ``u`` (``(B, n, d)``, unit):
+    a lower bound on ``||D_X f||_2`` up to rounding. ``residual`` is ``||JᵀJu - θu|| / θ`` (float64, recomputed
+    with a float64 product for a float32 run where ``fn`` runs in float64). ``error`` bounds, with no premise,
+    the relative distance ``|σ - value| / value`` from ``value`` to the nearest singular value ``σ`` of
+    ``D_X f`` (:func:`lipnb.core.krylov.value_error`, plus rounding); under the one premise that this singular value
+    is the largest (no Krylov method can check that nothing above was missed) it bounds
+    ``| ||D_X f||_2 / value - 1 |``. ``converged``: the stopping test (``tol`` or ``rtol``) held on these
+    recomputed numbers. ``iterations`` counts full-precision applications of ``JᵀJ`` (one JVP and one VJP each),
+    ``presolve_iterations`` those of the low-precision first run (zero without one); ``left_vector``
+    (``(B, n, d_out)``) is the unit output direction ``J u / ||J u||``. ``upper`` (only with ``confidence=δ``,
+    else ``None``): ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start,
+    no other premise (Kuczyński & Woźniakowski, 1992); ``inf`` where too few products were made to claim anything.
+    """
+
+    value: Tensor
+    iterations: Tensor
+    converged: Tensor
+    residual: Tensor
+    right_vector: Tensor
+    left_vector: Tensor
+    method: str
+    presolve_iterations: Tensor
+    error: Tensor
+    upper: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Linearization:
+    """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched.
+
+    ``select(index)``, when given, returns the linearization at the inputs ``index`` only; it lets
+    :func:`local_lipschitz` stop spending products on inputs that have converged.
+    """
+
+    output: Tensor
+    jvp: Map
+    vjp: Map
+    select: Callable[[Tensor], Linearization] | None = None
+
+
+@runtime_checkable
+class Linearizable(Protocol):
+    """A map ``fn`` that knows its own Jacobian: ``fn.linearize(X)`` returns an object with ``output``,
+    ``jvp`` and ``vjp`` (optionally ``select``) like :class:`Linearization`, e.g.
+    :class:`lipnb.core.jacobian.MultiHeadMap` (Lemma C.2 in closed form)."""
+
+    def __call__(self, X: Tensor) -> Tensor: ...
+
+    def linearize(self, X: Tensor) -> Linearization: ...
+
+
+def linearize(fn: Map, X: Tensor) -> Linearization:
+    """Record one forward pass of ``fn`` at ``X`` and return reusable JVP and VJP closures.
+
+    A :class:`Linearizable` ``fn`` supplies its own (closed-form) products. Otherwise the JVP is the
+    transpose of the VJP, obtained by differentiating the VJP with respect to its (dummy) cotangent,
+    so no later product re-runs the forward pass; ``select`` re-linearizes on a sub-batch.
+    """
+    if isinstance(fn, Linearizable):
+        lin = fn.linearize(X)
+        check_output(lin.output, X)
+        return lin
+
+    def select(index: Tensor) -> Linearization:
+        sub = linearize(fn, X[index])
+        check_same_map(sub.output, Y.detach()[index], "fn re-linearized on a sub-batch (its output there)")
+        return sub
+
+    Xg = X.detach().requires_grad_(True)
+    # The fused attention kernels have no double backward: record the forward with the math kernel.
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
+        Y = fn(Xg)
+        check_output(Y, X)
+        G = torch.zeros_like(Y, requires_grad=True)
+        (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True, allow_unused=True) if Y.requires_grad \
+            else (None,)
+        if JtG is None or not JtG.requires_grad:
+            # Y does not depend on X (or depends on it affinely with a zero slope): J = 0.
+            zero_in, zero_out = torch.zeros_like(X), torch.zeros_like(Y)
+            return Linearization(Y.detach(), lambda u: zero_out[: len(u)], lambda v: zero_in[: len(v)], select)
+
+    def jvp(u: Tensor) -> Tensor:
+        with torch.enable_grad():
+            (Ju,) = torch.autograd.grad(JtG, G, u, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(Y) if Ju is None else Ju
+
+    def vjp(v: Tensor) -> Tensor:
+        with torch.enable_grad():
+            (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(X) if Jtv is None else Jtv
+
+    return Linearization(Y.detach(), jvp, vjp, select)
+
+
+PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+CERTIFIED = (torch.float32, torch.float64)
+DEFAULT_RTOL = 1e-4
+# A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
+# to this many units in the last place of θ (a premise, stated in local_lipschitz).
+FLOAT32_ULPS = 64
+# Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
+FLOAT64_ULPS = 64
+
+
+def _shrink_ratio(lin: object) -> float:
+    """When to shrink a linearization to its active inputs: at once for a closed form (cheap ``select``),
+    at half the batch for one that re-linearizes by autograd, never without ``select``."""
+    if getattr(lin, "select", None) is None:
+        return 0.0
+    return 0.5 if isinstance(lin, Linearization) else 1.0
+
+
+def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
+    """The dtype of the first, low-precision run (see :func:`local_lipschitz`), or ``None``."""
+    if presolve is None:
+        return None
+    dtype = lin.output.dtype
+    if presolve == "auto":
+        native = dtype == torch.float32 and method == "lanczos" and hasattr(lin, "to")
+        return torch.bfloat16 if native and memory.native_bfloat16(lin.output.device) else None
+    if not hasattr(lin, "to"):
+        raise ValueError("presolve needs a closed-form linearization with .to(dtype) (e.g. lipnb.core.attention."
+                         "MultiHeadMap); pass presolve=None for this map")
+    return presolve
+
+
+def _state_bytes(fn: Map, x: Tensor) -> int:
+    """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
+    and the tensors of a closed-form linearization."""
+    storages: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    def visit(obj: object) -> None:          # a closed form may hold other linearizations (sub-layers)
+        for value in vars(obj).values():
+            if isinstance(value, Tensor):
+                pack(value)
+            elif hasattr(value, "jvp") and hasattr(value, "__dict__"):
+                visit(value)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lin = linearize(fn, x)
+    visit(lin)
+    return sum(storages.values())
+
+
+def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
+    """How many inputs to linearize at once: a memory estimate per input (3 copies of the linearization's
+    state for the products' temporaries, plus the solver's ``vectors`` vectors) against the budget."""
+    B = X.shape[0]
+    if B == 1:
+        return 1
+    per_input = 3 * _state_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
+    return max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
+
+
+def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
+    """``fn``'s linearization at ``X.double()`` when ``fn`` runs in float64 there (its output is float64), else
+    ``None``. A map with a ``float64_map()`` method (:class:`lipnb.models.LayerMap`) names the map to use;
+    a closed form casts its parameters (exactly) to float64; an autograd map is tried as is."""
+    wide = getattr(fn, "float64_map", None)
+    try:
+        lin = linearize(wide() if callable(wide) else fn, X.double())
+    except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
+        return None
+    return lin if lin.output.dtype == torch.float64 else None
+
+
+def _certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearization | None, dtype: torch.dtype
+             ) -> tuple[Tensor, Tensor, Tensor]:
+    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product
+    for a float32 run when ``lin64`` is given, else the solver's own (a float32-only map's ``error`` gains
+    ``FLOAT32_ULPS`` units in the last place of float32)."""
+    if dtype == torch.float64 or lin64 is None:
+        rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
+        return outcome.theta, outcome.residual, outcome.error + rounding
+    u = normalize(outcome.vector.double())
+    Mu = NormalOperator(lin64, 0.0, normal.scale)(u)
+    theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
+    absolute = norms(Mu - theta.view(-1, *([1] * (u.dim() - 1))) * u)
+    error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
+    return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
+
+
+def _margin(tol: float | None, rtol: float | None, dtype: torch.dtype) -> tuple[float | None, float | None]:
+    """The solver's targets ``(tol, rtol)``: in float32 lowered by ``FLOAT32_ULPS`` units in the last place (at
+    most halved), so the recomputed certificate, which differs from the solver's by rounding, still meets them."""
+    if dtype == torch.float64:
+        return tol, rtol
+    margin = FLOAT32_ULPS * torch.finfo(torch.float32).eps
+    return tuple(None if t is None else max(t - 2 * margin, t / 2) for t in (tol, rtol))
+
+
+def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, confidence: object, method: str,
+                     start: str) -> None:
+    if method not in ("lanczos", "power"):
+        raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
+    for name, value in (("tol", tol), ("rtol", rtol), ("confidence", confidence)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{name} must be a real number or None; got {type(value).__name__}")
+    if tol is not None and rtol is not None:
+        raise ValueError("give tol (a relative residual) or rtol (a relative error of the value), not both")
+    if tol is not None and not 0 < tol <= 1:
+        raise ValueError(f"tol is a relative residual and must lie in (0, 1] (1: stop at the first product); "
+                         f"got {tol!r}")
+    if rtol is not None and not 0 < rtol < 1:
+        raise ValueError(f"rtol is a relative error of the value and must lie in (0, 1); got {rtol!r}")
+    if confidence is not None and not 0 < confidence < 1:
+        raise ValueError(f"confidence is a failure probability δ and must lie in (0, 1); got {confidence!r}")
+    check_positive_int(max_iter, "max_iter")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"seed must be an int; got {type(seed).__name__}")
+    if start == "shared":
+        raise ValueError("start='shared' was withdrawn: a start built from another input's top direction can converge"
+                         " to a lower singular value where a random start finds the top; use start='random'")
+    if start != "random":
+        raise ValueError(f"start must be 'random'; got {start!r}")
+
+
+def local_lipschitz(
+    fn: Map,
+    X: Tensor,
+    *,
+    method: Literal["lanczos", "power"] = "lanczos",
+    tol: float | None = None,
+    rtol: float | None = None,
+    max_iter: int = 200,
+    dtype: torch.dtype | None = None,
+    presolve: torch.dtype | Literal["auto"] | None = "auto",
+    start: Literal["random"] = "random",
+    seed: int = 0,
+    detailed: bool = False,
+    confidence: float | None = None,
+) -> Tensor | LipschitzResult:
+    """Lemma 3.1 / App. E.1: ``||D_{X_b} fn||_2`` for every ``b`` of a ``(B, n, d)`` batch, matrix-free.
+
+    ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately and
+    deterministically (checked on the first chunk, :func:`lipnb.core.map_checks.check_map`: two evaluations, and for
+    an autograd map a moved input and the first input alone; a sub-batch re-linearized is checked too); a
+    :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.core.jacobian.MultiHeadMap`) brings its closed-form
+    Jacobian products (its output is checked against ``fn(X)``), any other is differentiated by autograd.
+    ``method`` is ``"lanczos"`` (default) or the paper's ``"power"`` iteration, both on ``JᵀJ`` (rescaled by a
+    power of two per input, so tiny and huge Jacobians neither underflow nor overflow).
+
+    Stopping: with ``rtol`` an input stops, converged, once ``error ≤ rtol`` (see :class:`LipschitzResult`:
+    the value is then within ``rtol`` of ``||D_X f||_2`` under the premise that the eigenvalue found is the top
+    one, i.e. nothing above was missed); with ``tol`` once the relative residual ``||JᵀJu - θu|| / θ ≤ tol``;
+    neither given means ``rtol=1e-4``; both is a ``ValueError``. ``max_iter`` caps the products. For a float32
+    run the final residual and Rayleigh quotient are recomputed with one float64 product of ``fn``'s float64
+    linearization (when ``fn`` runs in float64), and ``converged`` is decided on them; a map whose output stays
+    float32 is certified at float32's level (premise: its products are exact to 64 units in float32's last
+    place). Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``; inputs that did not
+    converge raise a :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+
+    ``confidence`` (a failure probability ``δ`` in (0, 1), off by default) adds ``upper`` to the result:
+    ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start (Kuczyński &
+    Woźniakowski, 1992; :func:`lipnb.core.krylov.failure_epsilon`). It needs the value to come from the Krylov space
+    of the random start, so it runs without presolve.
+
+    ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
+    vectors (until its relative residual is below ``1e-3``, at most 50 products); the run in full precision
+    then starts from them, and its own test alone decides ``value``, ``converged`` and ``error``. It needs a
+    linearization with ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos
+    in float32 on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with
+    AVX512-BF16 or AMX), and no presolve otherwise. ``start`` is ``"random"``: each input's own Gaussian vector
+    (seeded by ``seed``).
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
+    check_tokens(X)
+    _check_arguments(tol, rtol, max_iter, seed, confidence, method, start)
+    if tol is None and rtol is None:
+        rtol = DEFAULT_RTOL
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype) or dtype not in CERTIFIED:
+            raise TypeError(f"dtype must be torch.float32 or torch.float64 (the dtypes whose residual test "
+                            f"certifies convergence); got {dtype!r}")
+        X = X.to(dtype)
+    if not (presolve is None or presolve == "auto"
+            or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
+        raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
+    if confidence is not None:
+        presolve = None
+    X = X.detach()
+    generator = torch.Generator(device=X.device).manual_seed(seed)
+    u0 = normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
+    solver = lanczos if method == "lanczos" else power_iteration
+    vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
+    try:
+        chunk = _chunk_size(fn, X, vectors)
+    except ValueError as error:
+        raise ValueError(f"fn depends on the batch it is given (it fails on the first input alone: {error}); "
+                         "local_lipschitz needs a map that acts on each input alone") from error
+    parts: list[tuple[Tensor, ...]] = []
+    begin, checked = 0, False
+    while begin < len(X):
+        stop = min(begin + chunk, len(X))
+        try:
+            if not checked:     # a closed form acts on each input alone: its first input is enough to check
+                closed = isinstance(fn, Linearizable)
+                Y = check_map(fn, X[begin:begin + 1] if closed else X[begin:stop], mixing=not closed)
+            lin = linearize(fn, X[begin:stop])
+            if lin.output.dtype not in CERTIFIED:
+                raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
+                                "residual test to certify convergence; run it in float32 or float64 (a "
+                                "low-precision first run is what presolve is for)")
+            lin64 = _float64_linearization(fn, X[begin:stop]) if lin.output.dtype == torch.float32 else None
+            if not checked:
+                rows = len(Y)
+                scatter = 0.0 if lin64 is None else relative_change(lin64.output[:rows], lin.output[:rows])
+                check_same_map(lin.output[:rows], Y, "the linearization's output", scatter)
+                if lin64 is not None:
+                    check_same_map(lin64.output[:rows], Y, "the float64 linearization's output", scatter)
+                checked, Y = True, None
+            u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
+            if low is not None:
+                low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
+                first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
+                u, presolved = first.vector, first.iterations
+                del low_normal, first            # its memory serves the full-precision run
+            else:
+                presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
+            normal = NormalOperator(lin, _shrink_ratio(lin))
+            target_tol, target_rtol = _margin(tol, rtol, lin.output.dtype)
+            outcome = solver(normal, u, target_tol, max_iter, target_rtol)
+            theta, residual, error = _certify(outcome, normal, lin64, lin.output.dtype)
+            left = normalize(lin.jvp(outcome.vector)) if detailed else None
+        except (RuntimeError, torch.OutOfMemoryError) as oom:
+            if not memory.is_oom(oom) or chunk == 1:
+                raise
+            lin = lin64 = normal = None
+            if X.device.type == "cuda":
+                torch.cuda.empty_cache()
+            chunk = max(1, chunk // 2)
+            continue
+        if X.dtype != torch.float64:       # value is returned in X's dtype: its rounding enters the bound
+            error = error + torch.finfo(X.dtype).eps
+        test = (residual <= tol) if tol is not None else (error <= rtol)
+        converged = outcome.converged & (test | (theta <= 0))
+        upper = None
+        if confidence is not None:
+            eps = failure_epsilon(confidence, X[0].numel(), outcome.iterations, method)
+            top = torch.maximum(theta, outcome.theta)
+            upper = top.sqrt() / (1 - eps).sqrt() * (1 + 64 * torch.finfo(lin.output.dtype).eps) / normal.scale
+        value = theta.clamp_min(0).sqrt() / normal.scale
+        parts.append((value, outcome.iterations, converged, residual, outcome.vector, left, presolved, error, upper))
+        lin = lin64 = normal = None
+        begin = stop
+    value, iterations, converged, residual, right, left, presolved, error, upper = (
+        None if p[0] is None else torch.cat(p) for p in zip(*parts, strict=True))
+    value = value.to(X.dtype)
+    if not detailed:
+        if not bool(converged.all()):
+            bad = int((~converged).sum())
+            asked = f"rtol={rtol}" if tol is None else f"tol={tol}"
+            warnings.warn(f"{bad} of {len(converged)} inputs did not converge in {max_iter} "
+                          f"iterations ({asked}); pass detailed=True to inspect them",
+                          NotConvergedWarning, stacklevel=2)
+        return value
+    return LipschitzResult(value=value, iterations=iterations, converged=converged, residual=residual,
+                           right_vector=right, left_vector=left, method=method, presolve_iterations=presolved,
+                           error=error, upper=upper if confidence is not None else None)
+
+
+def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
+    """Dense Jacobians ``D_{X_b} fn`` in float64, shape ``(B, n' d', n d)``: ground truth for small inputs.
+
+    Forward mode: basis direction ``j`` of every element at once goes through one JVP of ``fn`` at the
+    whole batch, so ``fn`` may close over per-batch data (it must act on each element separately, as
+    for :func:`local_lipschitz`). Directions are vectorized with ``torch.func.vmap``, as many at a time
+    as the memory budget allows.
+    """
+    check_tokens(X)
+    X = X.detach().double()
+    B, n, d = X.shape
+    N = n * d
+    per_direction = 3 * _state_bytes(fn, X) + 2 * X.numel() * X.element_size()   # also checks fn's output
+    chunk = max(1, min(N, memory.memory_budget(X.device) // per_direction))
+    basis = torch.eye(N, dtype=X.dtype, device=X.device).view(N, 1, n, d).expand(N, B, n, d)
+    with sdpa_kernel(SDPBackend.MATH):          # the fused attention kernels have no forward-mode AD
+        columns = torch.func.vmap(lambda t: torch.func.jvp(fn, (X,), (t,))[1], chunk_size=chunk)(basis)
+    return columns.detach().reshape(N, B, -1).permute(1, 2, 0)
+
+
+def exact_local_lipschitz(fn: Map, X: Tensor) -> Tensor:
+    """Lemma 3.1: the exact ``||D_{X_b} fn||_2`` from the dense float64 SVD, shape ``(B,)``."""
+    return torch.linalg.matrix_norm(jacobian_matrix(fn, X), ord=2)
+
+
+def weighted_operator_norm(fn: Map, X: Tensor, weights: Tensor) -> Tensor:
+    """Lemma C.5: ``||W^{1/2} D_X fn W^{-1/2}||_2`` with ``W = diag(w) ⊗ I``, float64, shape ``(B,)``.
+
+    With ``fn`` the weighted self-attention of Def C.4, this is the local Lipschitz constant of
+    mean-field attention at the measure ``sum_i w_i δ_{x_i}`` for the Wasserstein-2 distance.
+    """
+    check_tokens(X)
+    w = log_weights(weights, X.double()).exp().squeeze(1)
+    J = jacobian_matrix(fn, X)
+    n = X.shape[1]
+    root_out = w.sqrt().repeat_interleave(J.shape[1] // n, dim=1)
+    root_in = w.sqrt().repeat_interleave(J.shape[2] // n, dim=1)
+    return torch.linalg.matrix_norm(root_out.unsqueeze(2) * J / root_in.unsqueeze(1), ord=2)

@@ -1,0 +1,245 @@
+"""Statistics of the sweeps: log-log fits, Student and bootstrap intervals for growth exponents, power-law breaks,
+and the lack-of-fit test that says whether a power law describes the curve at all."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ..checks import check_grouped_table, check_positive_int
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..results import ResultTable
+
+__all__ = [
+    "LackOfFit",
+    "LineFit",
+    "bootstrap_slope",
+    "fit_line",
+    "growth_fits",
+    "lack_of_fit",
+    "local_slopes",
+    "power_law_break",
+    "side",
+    "student_interval",
+]
+
+
+@dataclass(frozen=True)
+class LineFit:
+    """A least-squares line ``y = slope x + intercept`` with a confidence interval ``[low, high]`` on the slope."""
+
+    slope: float
+    intercept: float
+    low: float
+    high: float
+
+
+def _points(x: torch.Tensor, y: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x`` and ``y`` as flat float64 tensors, checked: same length, at least two finite points, ``0 < level < 1``."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    x, y = (_as_points(v, name) for v, name in ((x, "x"), (y, "y")))
+    if x.shape != y.shape or len(x) < 2:
+        raise ValueError(f"x and y must hold the same number (>= 2) of points; got {len(x)} and {len(y)}")
+    if not bool(torch.isfinite(x).all() & torch.isfinite(y).all()):
+        raise ValueError("x and y must be finite (a log of a zero or negative value?)")
+    if bool((x == x[0]).all()):
+        raise ValueError("x must take at least two distinct values to fit a slope")
+    return x, y
+
+
+def _as_points(values: object, name: str) -> torch.Tensor:
+    """``values`` as a flat float64 tensor; ``TypeError`` naming ``name`` when they are not numbers."""
+    try:
+        return torch.as_tensor(values, dtype=torch.float64).flatten()
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{name} must be numbers (a tensor or a list); got {type(values).__name__}") from None
+
+
+def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
+    """Rates of Theorem 3.7, App. C.7, Prop. 3.6: least-squares slope with its Student-t interval at ``level``.
+
+    With two points the slope is exact and its interval undefined (``nan``).
+    """
+    from scipy import stats
+
+    x, y = (t.numpy() for t in _points(x, y, level))
+    fit = stats.linregress(x, y)
+    half = float(stats.t.ppf(0.5 + level / 2, len(x) - 2)) * fit.stderr
+    return LineFit(float(fit.slope), float(fit.intercept), float(fit.slope - half), float(fit.slope + half))
+
+
+def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float, float]:
+    """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
+    from scipy import stats
+
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1); got {level}")
+    v = torch.as_tensor(values, dtype=torch.float64).flatten().numpy()
+    if len(v) < 2 or not bool(torch.isfinite(torch.as_tensor(v)).all()):
+        raise ValueError(f"values must hold at least two finite replicates; got {v.tolist()}")
+    low, high = stats.t.interval(level, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
+    return float(v.mean()), float(low), float(high)
+
+
+def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, resamples: int = 2000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """Growth exponents (Sec. 5): least-squares slope of ``y`` on ``x`` and its percentile bootstrap interval.
+
+    Points are resampled within each distinct ``x`` (each sequence length keeps its number of sequences),
+    so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
+    """
+    x, y = _points(x, y, level)
+    resamples = check_positive_int(resamples, "resamples")
+    g = torch.Generator().manual_seed(seed)
+    groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
+    picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)
+    xs, ys = x[picks], y[picks]
+    xc = xs - xs.mean(1, keepdim=True)
+    slopes = (xc * (ys - ys.mean(1, keepdim=True))).sum(1) / xc.square().sum(1)
+    xc0 = x - x.mean()
+    slope = float((xc0 * (y - y.mean())).sum() / xc0.square().sum())
+    low, high = torch.quantile(slopes, torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=torch.float64))
+    return slope, float(low), float(high)
+
+
+@dataclass(frozen=True)
+class LackOfFit:
+    """The lack-of-fit F test of a line: ``F`` on ``(df_lack, df_error)`` degrees of freedom and its p-value."""
+
+    F: float
+    df_lack: int
+    df_error: int
+    p: float
+
+
+def lack_of_fit(x: torch.Tensor, y: torch.Tensor) -> LackOfFit:
+    """Is ``y`` linear in ``x``? The classical lack-of-fit F test, for replicates at each distinct ``x``.
+
+    The least-squares line's residual sum of squares splits into pure error (the spread of ``y`` around the
+    mean of its own ``x``, ``N - G`` degrees of freedom for ``N`` points at ``G`` distinct values) and lack of fit
+    (the distance of those means from the line, ``G - 2``); ``F`` is the ratio of their mean squares. On log-log
+    data, a small ``p`` says no power law ``y = C x^α`` describes the per-length means within their scatter, so
+    the fitted exponent is an average of changing local slopes (:func:`local_slopes`), not a growth rate.
+    """
+    from scipy import stats
+
+    x, y = _points(x, y, 0.5)
+    levels, group = torch.unique(x, return_inverse=True)
+    G, N = len(levels), len(x)
+    if G < 3 or N <= G:
+        raise ValueError(f"the test needs >= 3 distinct x and replicates at some x; got {G} distinct of {N} points")
+    means = torch.zeros(G, dtype=x.dtype).index_add_(0, group, y) / torch.bincount(group, minlength=G)
+    pure = float((y - means[group]).square().sum())
+    xc = x - x.mean()
+    slope = (xc * (y - y.mean())).sum() / xc.square().sum()
+    total = float((y - y.mean() - slope * xc).square().sum())
+    df_lack, df_error = G - 2, N - G
+    F = (total - pure) / df_lack / max(pure / df_error, 1e-300)
+    return LackOfFit(F, df_lack, df_error, float(stats.f.sf(F, df_lack, df_error)))
+
+
+def local_slopes(n: Sequence[float], lip: Sequence[float]) -> torch.Tensor:
+    """Slopes of ``log mean(lip)`` against ``log n`` between consecutive distinct lengths (a curve's local exponent)."""
+    x = torch.as_tensor(list(n), dtype=torch.float64)
+    y = torch.as_tensor(list(lip), dtype=torch.float64)
+    if x.shape != y.shape or not bool((x > 0).all() & (y > 0).all()):
+        raise ValueError("n and lip must have the same length and be positive")
+    levels, group = torch.unique(x, return_inverse=True)
+    if len(levels) < 2:
+        raise ValueError(f"need at least 2 distinct lengths; got {len(levels)}")
+    means = torch.zeros(len(levels), dtype=y.dtype).index_add_(0, group, y) / torch.bincount(group)
+    return means.log().diff() / levels.log().diff()
+
+
+def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3, alpha: float = 1e-3,
+                    min_jump: float = 1.25, min_slope_change: float = 0.15) -> dict:
+    """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
+
+    Every split between distinct lengths with at least ``min_side`` lengths on each side is tried; the
+    best is kept if its F test's p-value (anti-conservative, the split being chosen) is below ``alpha`` and the
+    break matters: the two segments differ at the break by a factor ``min_jump`` or in slope by ``min_slope_change``
+    (nearly noiseless data pass the F test on a negligible kink).
+    Returns ``break_n`` (first length after the break, ``nan`` if none), ``p``, ``slope_before``,
+    ``slope_after`` and ``jump`` (ratio of the two segments' values at the break).
+    """
+    from scipy import stats
+
+    min_side = check_positive_int(min_side, "min_side")
+    x = torch.as_tensor(list(n), dtype=torch.float64).log()
+    y = torch.as_tensor(list(lip), dtype=torch.float64).log()
+    levels = torch.unique(x)
+    if len(levels) < 2 * min_side:
+        raise ValueError(f"need at least {2 * min_side} distinct lengths; got {len(levels)}")
+
+    def rss(xs: torch.Tensor, ys: torch.Tensor) -> tuple[float, float, float]:
+        xc = xs - xs.mean()
+        slope = float((xc * (ys - ys.mean())).sum() / xc.square().sum())
+        intercept = float(ys.mean() - slope * xs.mean())
+        return float((ys - intercept - slope * xs).square().sum()), slope, intercept
+
+    one, _, _ = rss(x, y)
+    best = None
+    for k in range(min_side, len(levels) - min_side + 1):
+        left = x < levels[k]
+        a, b = rss(x[left], y[left]), rss(x[~left], y[~left])
+        if best is None or a[0] + b[0] < best[0]:
+            best = (a[0] + b[0], k, a, b)
+    two, k, a, b = best
+    dof = len(x) - 4
+    F = (one - two) / 2 / max(two / dof, 1e-300)
+    p = float(stats.f.sf(F, 2, dof))
+    at = float(levels[k])
+    jump = math.exp((b[2] + b[1] * at) - (a[2] + a[1] * at))
+    found = p < alpha and (abs(math.log(jump)) >= math.log(min_jump) or abs(b[1] - a[1]) >= min_slope_change)
+    return {"break_n": round(math.exp(at)) if found else math.nan, "p": p, "slope_before": a[1],
+            "slope_after": b[1], "jump": jump}
+
+
+def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
+    """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
+    ``C = e^intercept`` (Student interval when every length has one input), :func:`lack_of_fit`'s ``lof_F``
+    and ``lof_p`` where lengths repeat (``nan`` otherwise), and :func:`power_law_break`'s verdict where there are
+    enough lengths."""
+    import pandas as pd
+
+    frame, by = check_grouped_table(table, by, (x, y))
+    rows = []
+    for key, group in frame.groupby(list(by), sort=True):
+        lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()
+        ly = torch.tensor(group[y].to_numpy(), dtype=torch.float64).log()
+        if group[x].nunique() == len(group):
+            fit = fit_line(lx, ly)
+            slope, low, high = fit.slope, fit.low, fit.high
+        else:
+            slope, low, high = bootstrap_slope(lx, ly, resamples=500)
+        row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
+        row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())),
+                   lof_F=math.nan, lof_p=math.nan)
+        if 3 <= group[x].nunique() < len(group):
+            test = lack_of_fit(lx, ly)
+            row.update(lof_F=test.F, lof_p=test.p)
+        if group[x].nunique() >= 6:
+            verdict = power_law_break(group[x], group[y])
+            row.update(break_n=verdict["break_n"], p_break=verdict["p"], jump=verdict["jump"],
+                       slope_before=verdict["slope_before"], slope_after=verdict["slope_after"])
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def side(low: float, high: float, threshold: float = 0.5, margin: float = 0.0) -> str:
+    """Where an interval ``[low, high]`` lies with respect to ``threshold`` (Sec. 5's exponents against 1/2):
+    ``"above"``, ``"below"`` (each with ``", within the margin"`` when it clears ``threshold`` by less than
+    ``margin``) or ``"contains it"``."""
+    if low > threshold:
+        return "above" + ("" if low - threshold >= margin else ", within the margin")
+    if high < threshold:
+        return "below" + ("" if threshold - high >= margin else ", within the margin")
+    return "contains it"
