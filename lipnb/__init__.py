@@ -11,7 +11,7 @@ Each floor imports only from the floors below it (``import-linter`` holds this, 
   heads, quantisation;
 * :mod:`lipnb.core`: the mathematics (maps, Jacobians, the Krylov solvers and the estimator, bounds, inputs,
   measures, L2 attention);
-* at the top of the package, what every floor and chapter uses: argument checks (:mod:`lipnb.checks`), texts
+* at the top of the package, what every floor and chapter uses: argument checks (:mod:`lipnb.arguments`), texts
   (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`) and what
   a chapter does with its numbers (:mod:`lipnb.report`, :mod:`lipnb.figures`).
 

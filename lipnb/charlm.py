@@ -17,7 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .checks import check_positive_int
+from .arguments import check_positive_int
 from .core.l2_bounds import phi_inverse
 
 __all__ = [

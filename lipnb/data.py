@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 import torch
 from torch import Tensor
 
-from .checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence
+from .arguments import check_bool, check_choice, check_lengths, check_positive_int, check_sequence
 from .results import progress_bar, user_cache_dir
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from .checks import check_writable_dir
+from .arguments import check_writable_dir
 
 __all__ = [
     "CACHE_ENV",
@@ -42,6 +42,7 @@ __all__ = [
     "code_version",
     "progress",
     "progress_bar",
+    "source_digest",
     "user_cache_dir",
 ]
 
@@ -64,8 +65,12 @@ def cache_dir() -> Path:
 def code_version() -> str:
     """A hash of lipnb's source files, every subpackage's included, with their paths: editing or moving any
     module (a sweep or what it calls) changes every cache key."""
+    return source_digest(Path(__file__).parent)
+
+
+def source_digest(root: Path) -> str:
+    """The hash :func:`code_version` takes of a package folder ``root``: each ``.py`` file's path and bytes."""
     digest = hashlib.sha256()
-    root = Path(__file__).parent
     for path in sorted(root.rglob("*.py")):
         digest.update(path.relative_to(root).as_posix().encode())
         digest.update(path.read_bytes())

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from lipnb.checks import all_finite, as_count, as_radius, check_float, check_positive_int
+from lipnb.arguments import all_finite, as_count, as_radius, check_float, check_positive_int
 from lipnb.core import bounds, inputs
 
 f64 = torch.float64

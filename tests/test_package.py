@@ -3,6 +3,7 @@ definition in its ``__all__``; the floors' import contracts hold."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import subprocess
 import sys
@@ -55,3 +56,32 @@ def test_import_lipnb_stays_light() -> None:
     code = "import sys, lipnb; print(sorted(m for m in ('transformers', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# The only imports inside functions of lipnb, each with its reason: everything else is imported at the top
+# of its module, so that the import graph (and the contracts above) see every edge.
+DEFERRED_IMPORTS = {
+    ("lipnb/data.py", "nltk"): "nltk is needed only to download Alice once, and is slow to import",
+    ("lipnb/figures.py", "IPython.display"): "IPython and myst_nb belong to a notebook build, not to the library",
+    ("lipnb/figures.py", "myst_nb"): "myst_nb imports Sphinx; only a book build glues figures",
+    ("lipnb/report.py", "myst_nb"): "myst_nb imports Sphinx; only a book build glues numbers",
+    ("lipnb/report.py", "IPython.display"): "IPython belongs to a notebook build, not to the library",
+    ("lipnb/models/loading.py", "transformers"): "transformers' GGUF reader imports gguf, an optional dependency "
+                                                 "(the `book` extra) needed only for SmolLM2",
+    ("lipnb/models/quantization.py", "gguf"): "gguf is an optional dependency (the `book` extra)",
+}
+
+
+def test_no_import_inside_a_function_but_the_listed_ones() -> None:
+    found = set()
+    for path in sorted(ROOT.rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        for function in ast.walk(tree):
+            if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                for node in ast.walk(function):
+                    if isinstance(node, ast.ImportFrom):
+                        found.add((path.relative_to(ROOT.parent).as_posix(), "." * node.level + (node.module or "")))
+                    elif isinstance(node, ast.Import):
+                        found |= {(path.relative_to(ROOT.parent).as_posix(), a.name) for a in node.names}
+    assert found == set(DEFERRED_IMPORTS), (f"unlisted: {sorted(found - set(DEFERRED_IMPORTS))}; "
+                                            f"listed but gone: {sorted(set(DEFERRED_IMPORTS) - found)}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import check_bool, check_matrix, check_tokens
+from ..arguments import check_bool, check_matrix, check_tokens
 
 __all__ = [
     "MultiHead",

@@ -6,7 +6,7 @@ the paper's bounds as stated (``theorem_3_3``, ``theorem_3_5``, ``proposition_3_
 sharpened or corrected versions (``*_sharpened``, ``two_dirac_constant``, ``masked_mean_field_bound``),
 and the bounds of chapter 9's flow. Upper bounds hold for every input they cover; lower bounds are
 attained by the inputs of :mod:`lipnb.core.inputs`. Scalars broadcast: ``R`` and ``n`` may be numbers or
-tensors, checked by :mod:`lipnb.checks` (a negative radius or a non-whole length is a ``ValueError``).
+tensors, checked by :mod:`lipnb.arguments` (a negative radius or a non-whole length is a ``ValueError``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor
 
-from ..checks import as_count, as_radius, as_real, check_bool, check_positive_int, check_tokens
+from ..arguments import as_count, as_radius, as_real, check_bool, check_positive_int, check_tokens
 from .attention import MultiHead, attention_matrix, scores
 from .inputs import real_eigenpairs
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import torch
+from scipy.cluster.hierarchy import fcluster, linkage
 
-from ..checks import as_real, check_positive_int
+from ..arguments import as_real, check_positive_int
 from .attention import self_attention
 from .jacobian import lemma_c_2_term_matrices
 
@@ -55,7 +56,6 @@ def flow_jacobians(states: torch.Tensor, A: torch.Tensor, V: torch.Tensor) -> to
 
 def cluster_labels(Y: torch.Tensor, tol: float) -> torch.Tensor:
     """Single-linkage clusters of the points ``Y`` ``(n, d)``: points closer than ``tol`` share a label, ``(n,)``."""
-    from scipy.cluster.hierarchy import fcluster, linkage
 
     if not tol > 0:
         raise ValueError(f"tol must be > 0; got {tol}")

@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..checks import as_radius, check_float, check_positive_int
+from ..arguments import as_radius, check_float, check_positive_int
 
 __all__ = [
     "Case",

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import check_float, check_tokens
+from ..arguments import check_float, check_tokens
 from .attention import MultiHead, attention_matrix, log_weights, mask_future, scores
 
 __all__ = [

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import check_tokens
+from ..arguments import check_tokens
 from .lipschitz import Linearization
 
 __all__ = [

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..checks import check_positive_int, check_tokens
+from ..arguments import check_positive_int, check_tokens
 from . import memory
 from .attention import log_weights
 from .krylov import (

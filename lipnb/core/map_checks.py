@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from ..checks import all_finite
+from ..arguments import all_finite
 
 __all__ = ["check_map", "check_output", "check_same_map", "relative_change"]
 

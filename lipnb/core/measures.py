@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable
 
 import torch
+from scipy.optimize import linear_sum_assignment
 
 from .attention import log_weights, scores, self_attention
 from .inputs import repeat_tokens
@@ -80,7 +81,6 @@ def repeated_token_lipschitz(Y: torch.Tensor, A: torch.Tensor, V: torch.Tensor,
 
 def wasserstein2_empirical(X: torch.Tensor, Y: torch.Tensor) -> float:
     """Sec. 3.1: ``W_2`` between the empirical measures of two sequences of the same length (exact assignment)."""
-    from scipy.optimize import linear_sum_assignment
 
     X = X.double().reshape(-1, X.shape[-1])
     Y = Y.double().reshape(-1, Y.shape[-1])
@@ -117,7 +117,6 @@ def conditional_w2(X: torch.Tensor, Y: torch.Tensor, positions: torch.Tensor,
     position marginals differ. ``X``, ``Y`` are ``(N, d)``; ``positions`` ``(N,)`` (``positions_y``
     defaults to it).
     """
-    from scipy.optimize import linear_sum_assignment
 
     x = X.detach().double().cpu().numpy()
     y = Y.detach().double().cpu().numpy()

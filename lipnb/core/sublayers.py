@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..checks import check_tokens
+from ..arguments import check_tokens
 from .jacobian import AttentionLinearization, MultiHeadMap
 from .normalization import LayerNormLinearization, layer_norm
 

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from .. import models
-from ..checks import as_radius, check_choice, check_index, check_lengths, check_positive_int, check_sequence
+from ..arguments import as_radius, check_choice, check_index, check_lengths, check_positive_int, check_sequence
 from ..core.inputs import head_spectra, lemma_c_7_input
 from ..paper.published import published_A
 from ..profiles import Profile, check_profile

@@ -34,8 +34,8 @@ import transformers
 from torch import Tensor
 
 from .. import __version__, data, models
+from ..arguments import check_choice, check_positive_int
 from ..charlm_runs import cpu_name, git_state, write_record
-from ..checks import check_choice, check_positive_int
 from ..core.lipschitz import local_lipschitz
 from ..models.quantization import BLOCK
 from ..results import cached_table

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .. import data, models
-from ..checks import check_bool, check_choice, check_lengths, check_positive_int, check_sequence, check_tokens
+from ..arguments import check_bool, check_choice, check_lengths, check_positive_int, check_sequence, check_tokens
 from ..core import bounds as _bounds
 from ..core.attention import attention_matrix
 from ..core.lipschitz import local_lipschitz

@@ -8,12 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import pandas as pd
 import torch
+from scipy import stats
 
-from ..checks import check_grouped_table, check_positive_int
+from ..arguments import check_grouped_table, check_positive_int
 
 if TYPE_CHECKING:
-    import pandas as pd
 
     from ..results import ResultTable
 
@@ -68,7 +69,6 @@ def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFi
 
     With two points the slope is exact and its interval undefined (``nan``).
     """
-    from scipy import stats
 
     x, y = (t.numpy() for t in _points(x, y, level))
     fit = stats.linregress(x, y)
@@ -78,7 +78,6 @@ def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFi
 
 def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float, float]:
     """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
-    from scipy import stats
 
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1); got {level}")
@@ -129,7 +128,6 @@ def lack_of_fit(x: torch.Tensor, y: torch.Tensor) -> LackOfFit:
     data, a small ``p`` says no power law ``y = C x^α`` describes the per-length means within their scatter, so
     the fitted exponent is an average of changing local slopes (:func:`local_slopes`), not a growth rate.
     """
-    from scipy import stats
 
     x, y = _points(x, y, 0.5)
     levels, group = torch.unique(x, return_inverse=True)
@@ -170,7 +168,6 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
     Returns ``break_n`` (first length after the break, ``nan`` if none), ``p``, ``slope_before``,
     ``slope_after`` and ``jump`` (ratio of the two segments' values at the break).
     """
-    from scipy import stats
 
     min_side = check_positive_int(min_side, "min_side")
     x = torch.as_tensor(list(n), dtype=torch.float64).log()
@@ -208,7 +205,6 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
     ``C = e^intercept`` (Student interval when every length has one input), :func:`lack_of_fit`'s ``lof_F``
     and ``lof_p`` where lengths repeat (``nan`` otherwise), and :func:`power_law_break`'s verdict where there are
     enough lengths."""
-    import pandas as pd
 
     frame, by = check_grouped_table(table, by, (x, y))
     rows = []

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ..checks import as_radius, check_bool, check_choice, check_lengths, check_positive_int, check_tokens
+from ..arguments import as_radius, check_bool, check_choice, check_lengths, check_positive_int, check_tokens
 from ..core.attention import attention_matrix, self_attention
 from ..core.bounds import theorem_3_3, theorem_c_3
 from ..core.inputs import ball_tokens, lemma_c_7_input, quadratic_growth_input, random_head

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Iterable
 
@@ -71,7 +72,6 @@ def bias_perturbation_effect(model: torch.nn.Module, layer: int, X: torch.Tensor
                              scale: float = 1.0, seed: int = 0) -> float:
     """Remark E.1 on the real module: relative change of the self-attention output (``kind="self"``)
     when ``scale * N(0, I)`` is added to its ``"query"``, ``"key"`` or ``"value"`` bias (on a copy)."""
-    import copy
 
 
     if bias not in ("query", "key", "value"):

@@ -21,14 +21,14 @@ import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
-from ..checks import check_bool, check_index
+from ..arguments import check_bool, check_index
 from ..core.attention import causal_mask, check_tokens, mask_future
 from ..core.inputs import HeadSpectrum, head_spectra
 from ..core.sublayers import SublayerLinearization
 
 __all__ = [
     "CONFIG",
-    "KINDS",
+    "LLAMA_KINDS",
     "RMSNormLinearization",
     "RotaryAttentionMap",
     "RotaryBlockMap",
@@ -46,7 +46,7 @@ __all__ = [
 
 CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
           "num_key_value_heads": 2, "vocab_size": 50257, "max_position_embeddings": 1024}
-KINDS = ("mha", "self", "block")
+LLAMA_KINDS = ("mha", "self", "block")
 
 
 def is_llama(model: nn.Module) -> bool:
@@ -296,8 +296,8 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int 
     ``"block"``: ``X + mha(RMSNorm(X))`` on the hidden state entering the layer. Closed-form Jacobians.
     """
     attn = _check(model, layer)
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    if kind not in LLAMA_KINDS:
+        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(LLAMA_KINDS)}")
     if attn.q_proj.bias is not None or attn.o_proj.bias is not None:
         raise ValueError("attention biases are not implemented for Llama-style maps")
     inv_freq = _rotary_frequencies(model)

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 from transformers import BertModel, GPT2Model, LlamaModel
 
-from ..checks import check_bool, check_index, check_sequence, check_token_ids, check_tokens
+from ..arguments import check_bool, check_index, check_sequence, check_token_ids, check_tokens
 from ..core.attention import MultiHead, causal_mask, single_head
 from ..core.jacobian import MultiHeadMap, concat_heads
 from ..core.lipschitz import Linearization

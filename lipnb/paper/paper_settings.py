@@ -13,9 +13,10 @@ from typing import Literal
 
 import torch
 from torch import Tensor, nn
+from transformers import GPT2Config, GPT2Model
 
 from .. import data, models
-from ..checks import check_positive_int
+from ..arguments import check_positive_int
 from ..core.attention import causal_mask
 from ..core.inputs import lemma_c_7_input
 from ..core.lipschitz import local_lipschitz
@@ -69,7 +70,6 @@ REAL_DATA_RANDOM_GPT2 = RealDataSetting(
 def paper_random_gpt2(seed: int, attn_implementation: str = "eager") -> nn.Module:
     """``torch.manual_seed(seed); GPT2Model(GPT2Config())`` as the scripts draw it, left in training mode as they
     leave it (frozen parameters); the global RNG is left untouched."""
-    from transformers import GPT2Config, GPT2Model
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

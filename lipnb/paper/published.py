@@ -20,6 +20,7 @@ from typing import NamedTuple
 import torch
 from scipy.special import betainc
 from torch import Tensor, nn
+from transformers import BertModel, GPT2Model
 
 from .paper_numbers import PUBLISHED, value
 
@@ -151,7 +152,6 @@ def _gpt2_qkv(model: nn.Module, layer: int) -> tuple[Tensor, Tensor, Tensor]:
 def published_A(model: nn.Module, layer: int, head: int) -> Tensor:
     """Sec. 5.2 as published (``compute_A``): BERT ``K_hᵀ Q_h / √k`` from ``nn.Linear`` rows; GPT-2 the same
     formula on rows ``h k:(h+1) k`` of the ``(in, out)`` ``Conv1D`` weight, i.e. along the input axis."""
-    from transformers import BertModel, GPT2Model
 
     if isinstance(model, BertModel):
         sa = model.encoder.layer[layer].attention.self

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from lipnb.experiments import glance
+from lipnb.experiments import verdicts
 from lipnb.experiments.real_text import PAPER
 from lipnb.paper import paper_numbers
 from lipnb.paper.paper_settings import (
@@ -20,39 +20,39 @@ from lipnb.paper.published import SCRIPT_SETTINGS
 
 
 def test_the_six_verdict_words_each_have_a_meaning() -> None:
-    assert list(glance.VERDICTS) == ["reproduced", "differs", "holds trivially", "by construction", "a setting",
+    assert list(verdicts.VERDICTS) == ["reproduced", "differs", "holds trivially", "by construction", "a setting",
                                      "not comparable offline"]
-    assert all(meaning for meaning in glance.VERDICTS.values())
+    assert all(meaning for meaning in verdicts.VERDICTS.values())
 
 
 def test_interval_and_bound_verdicts() -> None:
-    assert glance.interval_verdict(0.5, 0.48, 0.51) == "reproduced"
-    assert glance.interval_verdict(0.25, 0.239, 0.248) == "differs"   # close, but outside the interval
-    assert glance.bound_verdict(0.5, 0.248) == "holds trivially"
-    assert glance.bound_verdict(0.5, 0.52) == "differs"
+    assert verdicts.interval_verdict(0.5, 0.48, 0.51) == "reproduced"
+    assert verdicts.interval_verdict(0.25, 0.239, 0.248) == "differs"   # close, but outside the interval
+    assert verdicts.bound_verdict(0.5, 0.248) == "holds trivially"
+    assert verdicts.bound_verdict(0.5, 0.52) == "differs"
     with pytest.raises(ValueError, match="low"):
-        glance.interval_verdict(0.5, 0.6, 0.4)
+        verdicts.interval_verdict(0.5, 0.6, 0.4)
 
 
 def test_drawn_constant_recovers_an_exact_power_law_and_its_verdict_needs_the_shape() -> None:
     n = torch.arange(2, 100, 5, dtype=torch.float64)
-    C, low, high = glance.drawn_constant(n, 0.92 * n**0.5, 0.5)
+    C, low, high = verdicts.drawn_constant(n, 0.92 * n**0.5, 0.5)
     assert C == pytest.approx(0.92, rel=1e-12) and low == pytest.approx(0.92, rel=1e-9) and high >= C
     noisy = 0.92 * n**0.5 * (1 + 0.01 * torch.sin(n))
-    assert glance.drawn_verdict(0.92, 0.5, n, noisy, (0.49, 0.51)) == "reproduced"
+    assert verdicts.drawn_verdict(0.92, 0.5, n, noisy, (0.49, 0.51)) == "reproduced"
     # Points that grow like n^0.29 do not follow a drawn √n, whatever their constant's spread.
     slow = 0.92 * n**0.29
-    assert glance.drawn_verdict(0.92, 0.5, n, slow, (0.28, 0.30)) == "differs"
+    assert verdicts.drawn_verdict(0.92, 0.5, n, slow, (0.28, 0.30)) == "differs"
     with pytest.raises(ValueError, match="positive"):
-        glance.drawn_constant(n, -slow, 0.5)
+        verdicts.drawn_constant(n, -slow, 0.5)
 
 
 def test_count_verdicts_lists_every_word_and_refuses_others() -> None:
-    counts = glance.count_verdicts(["reproduced", "a setting", "a setting"])
+    counts = verdicts.count_verdicts(["reproduced", "a setting", "a setting"])
     assert counts["reproduced"] == 1 and counts["a setting"] == 2 and counts["differs"] == 0
-    assert list(counts) == list(glance.VERDICTS)
+    assert list(counts) == list(verdicts.VERDICTS)
     with pytest.raises(ValueError, match="unknown verdict"):
-        glance.count_verdicts(["reproduced, as published and corrected"])
+        verdicts.count_verdicts(["reproduced, as published and corrected"])
 
 
 def test_published_numbers_have_unique_keys_roles_and_sources() -> None:

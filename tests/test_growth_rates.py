@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lipnb.experiments.two_papers import rates_table
+from lipnb.experiments.growth_rates import rates_table
 
 
 @pytest.fixture(scope="module")
