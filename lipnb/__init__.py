@@ -29,15 +29,9 @@ from pathlib import Path
 from types import ModuleType
 
 from .core.attention import MultiHead, attention_matrix, mask_future, multihead_attention, self_attention
+from .core.dense import exact_local_lipschitz, jacobian_matrix, weighted_operator_norm
 from .core.jacobian import MultiHeadMap, lemma_c_2_jvp
-from .core.lipschitz import (
-    LipschitzResult,
-    NotConvergedWarning,
-    exact_local_lipschitz,
-    jacobian_matrix,
-    local_lipschitz,
-    weighted_operator_norm,
-)
+from .core.lipschitz import LipschitzResult, NotConvergedWarning, local_lipschitz
 
 __all__ = [
     "LipschitzResult",

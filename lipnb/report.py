@@ -28,7 +28,6 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -253,32 +252,11 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
     display({"text/plain": text, "text/html": page}, metadata={LEDGER_KEY: payload}, raw=True)
 
 
-# The line a check printed before ledger() existed; still read from notebooks stored then.
-_LEDGER_LINE = re.compile(r"^(holds|FAILS): (?P<claim>.+) \| (?P<detail>.+) \| margin (?P<margin>\S+)$")
-_DETAIL = re.compile(r"^(?P<value>\S+) (?P<op>[≤≥<>=]|==|vs) (?P<threshold>\S+)")
-
-
-def _read(text: str) -> float | str:
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _from_line(chapter: str, line: str) -> LedgerEntry | None:
-    m = _LEDGER_LINE.match(line)
-    if not m:
-        return None
-    parts = _DETAIL.match(m["detail"])
-    value, op, threshold = (_read(parts["value"]), parts["op"], _read(parts["threshold"])) if parts else \
-        (None, "", None)
-    return LedgerEntry(chapter, m["claim"], m["detail"], float(m["margin"]), value, op, threshold)
-
 
 def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
     """Every check in the stored outputs of the notebooks at ``paths`` (a ledger of the book), in order.
 
-    Reads what :func:`ledger` stored (full precision) and, from notebooks executed before it, printed lines.
+    Reads what :func:`ledger` stored as data (full precision), never printed text.
     """
     entries = []
     for path in paths:
@@ -288,9 +266,6 @@ def read_ledger(paths: list[Path]) -> list[LedgerEntry]:
                 stored = out.get("metadata", {}).get(LEDGER_KEY)
                 if stored is not None:
                     entries += [LedgerEntry(chapter, **e) for e in stored["checks"]]
-                elif out.get("output_type") == "stream" and out.get("name") == "stdout":
-                    text = out["text"] if isinstance(out["text"], str) else "".join(out["text"])
-                    entries += [e for line in text.splitlines() if (e := _from_line(chapter, line))]
     return entries
 
 

@@ -40,10 +40,11 @@ from lipnb.core.bounds import (
     theorem_e_3_sharpened,
     two_dirac_constant,
 )
+from lipnb.core.dense import exact_local_lipschitz
 from lipnb.core.flow import attention_flow, flow_jacobians
 from lipnb.core.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure
 from lipnb.core.jacobian import lemma_c_2_term_matrices
-from lipnb.core.lipschitz import exact_local_lipschitz, local_lipschitz
+from lipnb.core.lipschitz import local_lipschitz
 from lipnb.core.measures import masked_mean_field, masked_mean_field_ratio, weighted_attention_lipschitz
 
 F64 = torch.float64

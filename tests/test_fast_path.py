@@ -24,16 +24,9 @@ from torch import Tensor
 import lipnb.core.lipschitz as lipschitz
 from lipnb.core import krylov, memory
 from lipnb.core.attention import MultiHead, multihead_attention
+from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
-from lipnb.core.lipschitz import (
-    Linearizable,
-    Linearization,
-    NotConvergedWarning,
-    exact_local_lipschitz,
-    jacobian_matrix,
-    linearize,
-    local_lipschitz,
-)
+from lipnb.core.lipschitz import Linearizable, Linearization, NotConvergedWarning, linearize, local_lipschitz
 from lipnb.core.normalization import LayerNormLinearization, layer_norm
 from lipnb.core.sublayers import ResidualAttentionMap
 
@@ -241,7 +234,7 @@ def test_presolve_choices(gen: torch.Generator, monkeypatch: pytest.MonkeyPatch)
                       local_lipschitz(lambda Z: multihead_attention(Z, heads.to(torch.float32)), X.float(),
                                       detailed=True)):
             assert bool((other.presolve_iterations == 0).all())
-    with pytest.raises(ValueError, match="closed-form linearization"):
+    with pytest.raises(ValueError, match="casts its products"):
         local_lipschitz(lambda Z: multihead_attention(Z, heads), X, presolve=torch.bfloat16)
     for bad in ("bf16", torch.int8):
         with pytest.raises(ValueError, match="presolve must be"):
@@ -300,7 +293,10 @@ def test_compaction_keeps_each_estimate(fast: bool, method: str) -> None:
 
 
 class _CountingLinearization:
-    """A closed-form linearization that records the batch size of every product."""
+    """A closed-form linearization that records the batch size of every product; it declares its capabilities
+    (:class:`lipnb.core.linearization.Linearized`): a cheap ``select``, no ``to``."""
+
+    casts, shrinks = False, 1.0
 
     def __init__(self, inner: AttentionLinearization, log: list[int]) -> None:
         self.inner, self.log, self.output = inner, log, inner.output
@@ -344,10 +340,10 @@ def test_chunks_from_the_memory_estimate_give_the_same_values(gen: torch.Generat
     X = 2 * randn(gen, 5, 6, 6)
     block = ResidualAttentionMap(MultiHeadMap(heads), 1 + randn(gen, 6), randn(gen, 6), 1e-5, True)
     # the estimate of a composed linearization counts the attention's tensors inside it
-    assert lipschitz._state_bytes(block, X[:1]) > lipschitz._state_bytes(MultiHeadMap(heads), X[:1])
+    assert lipschitz.linearization_bytes(block, X[:1]) > lipschitz.linearization_bytes(MultiHeadMap(heads), X[:1])
     for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads), block):
         whole = local_lipschitz(fn, X, detailed=True)
-        per_input = 3 * lipschitz._state_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
+        per_input = 3 * lipschitz.linearization_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
         monkeypatch.setattr(memory, "memory_budget", lambda device, b=per_input: 2 * b + 1)
         assert lipschitz._chunk_size(fn, X, 72) == 2
         parts = local_lipschitz(fn, X, detailed=True)

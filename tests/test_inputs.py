@@ -24,6 +24,7 @@ from lipnb.core import bounds
 from lipnb.core import inputs as adv
 from lipnb.core.attention import attention_matrix, self_attention
 from lipnb.core.bounds import gamma, theorem_3_7_limit
+from lipnb.core.dense import exact_local_lipschitz, weighted_operator_norm
 from lipnb.core.inputs import (
     adversarial_case,
     argmax_configuration,
@@ -33,7 +34,6 @@ from lipnb.core.inputs import (
     repeat_tokens,
 )
 from lipnb.core.jacobian import MultiHeadMap, score_gaps
-from lipnb.core.lipschitz import exact_local_lipschitz, weighted_operator_norm
 
 F64 = torch.float64
 Map = Callable[[Tensor], Tensor]

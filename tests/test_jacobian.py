@@ -10,6 +10,7 @@ from conftest import random_attention_params, random_attention_problem, random_h
 from lipnb import jacobian_matrix, self_attention
 from lipnb.core.bounds import theorem_3_7_limit
 from lipnb.core.jacobian import jacobian_block_norms, lemma_c_2_term_matrices, score_gaps, selection_jacobian
+from lipnb.core.l2_attention import L2Heads, l2_attention
 
 F64 = torch.float64
 
@@ -53,3 +54,19 @@ def test_jacobian_block_norms_exact_and_probed(gen: torch.Generator) -> None:
     future = torch.ones(5, 5, dtype=torch.bool).triu(1)
     assert bool((probed[future] == 0).all()) and bool((exact[future] == 0).all())
     assert torch.allclose(probed[~future], exact[~future], rtol=0.1)
+
+
+def test_differentiable_jacobian_is_the_same_matrix_and_carries_gradients() -> None:
+    """``jacobian_matrix(differentiable=True)``: the forward-mode float64 matrix, for a map with argument checks
+    (input after input) and one without (vectorized), and ``X``'s graph kept for a gradient step."""
+    g = torch.Generator().manual_seed(3)
+    X = torch.randn(3, 4, 2, generator=g, dtype=torch.float64)
+    A = torch.randn(2, 2, generator=g, dtype=torch.float64)
+    heads = L2Heads(Q=torch.randn(1, 2, 2, generator=g, dtype=torch.float64),
+                    V=torch.randn(1, 2, 2, generator=g, dtype=torch.float64))
+    for fn in (lambda Z: self_attention(Z, A, A), lambda Z: l2_attention(Z, heads, check=False)):
+        Xg = X.clone().requires_grad_(True)
+        J = jacobian_matrix(fn, Xg, differentiable=True)
+        torch.testing.assert_close(J.detach(), jacobian_matrix(fn, X), rtol=1e-12, atol=1e-12)
+        (grad,) = torch.autograd.grad(torch.linalg.matrix_norm(J, ord=2).sum(), Xg)
+        assert grad.shape == X.shape and bool(grad.abs().sum() > 0)

@@ -21,16 +21,10 @@ from torch import Tensor
 
 from lipnb.core import memory
 from lipnb.core.attention import MultiHead, attention_matrix, multihead_attention, self_attention
+from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix, weighted_operator_norm
 from lipnb.core.jacobian import MultiHeadMap
 from lipnb.core.krylov import normalize, norms
-from lipnb.core.lipschitz import (
-    LipschitzResult,
-    NotConvergedWarning,
-    exact_local_lipschitz,
-    jacobian_matrix,
-    local_lipschitz,
-    weighted_operator_norm,
-)
+from lipnb.core.lipschitz import LipschitzResult, NotConvergedWarning, local_lipschitz
 
 F64 = torch.float64
 Map = Callable[[Tensor], Tensor]

@@ -12,9 +12,10 @@ from conftest import prescribed_jacobians
 from torch import Tensor
 
 from lipnb.core.attention import MultiHead, self_attention
+from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.jacobian import MultiHeadMap
 from lipnb.core.krylov import KW_LANCZOS, KW_POWER, failure_epsilon
-from lipnb.core.lipschitz import NotConvergedWarning, exact_local_lipschitz, jacobian_matrix, local_lipschitz
+from lipnb.core.lipschitz import NotConvergedWarning, local_lipschitz
 
 F64 = torch.float64
 

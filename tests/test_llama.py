@@ -9,7 +9,8 @@ from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from lipnb import models
 from lipnb.core import inputs
-from lipnb.core.lipschitz import exact_local_lipschitz, jacobian_matrix, local_lipschitz
+from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
+from lipnb.core.lipschitz import local_lipschitz
 from lipnb.models import llama
 
 

@@ -34,7 +34,7 @@ import pytest
 import torch
 from conftest import mutation_tests
 
-from lipnb.core import attention, bounds, flow, inputs, jacobian, krylov, lipschitz, measures, normalization
+from lipnb.core import attention, bounds, dense, flow, inputs, jacobian, krylov, lipschitz, measures, normalization
 from lipnb.experiments import real_text
 
 f64 = torch.float64
@@ -81,18 +81,18 @@ def local_lipschitz_matches_svd() -> None:
     def fn(Z: torch.Tensor) -> torch.Tensor:
         return _softmax_attention(Z, A, V)
 
-    dense = torch.linalg.matrix_norm(
+    svd = torch.linalg.matrix_norm(
         torch.func.vmap(torch.func.jacrev(lambda x: fn(x[None])[0]))(X).flatten(1, 2).flatten(2), ord=2
     )
-    assert torch.allclose(lipschitz.local_lipschitz(fn, X, tol=1e-10), dense, rtol=1e-6)
-    assert torch.allclose(lipschitz.exact_local_lipschitz(fn, X), dense, rtol=1e-10)
+    assert torch.allclose(lipschitz.local_lipschitz(fn, X, tol=1e-10), svd, rtol=1e-6)
+    assert torch.allclose(dense.exact_local_lipschitz(fn, X), svd, rtol=1e-10)
 
 
 def terms_add_up_to_jacobian() -> None:
     """Chapter 3 (the proof term by term): ``T_1 + T_2 + T_3`` is the dense Jacobian (``V = I``)."""
     A, _ = _head()
     X = torch.randn(2, 4, 4, generator=_generator(4), dtype=f64)
-    J = lipschitz.jacobian_matrix(lambda Z: _softmax_attention(Z, A, torch.eye(4, dtype=f64)), X)
+    J = dense.jacobian_matrix(lambda Z: _softmax_attention(Z, A, torch.eye(4, dtype=f64)), X)
     assert torch.allclose(jacobian.lemma_c_2_term_matrices(X, A).sum(1), J, atol=1e-12)
 
 
@@ -124,7 +124,7 @@ def theorem_c3_chain_and_tightness() -> None:
     V = torch.eye(8, dtype=f64)
     R, n = math.sqrt(6 / bounds.gamma(A).item()), 6
     X = torch.cat([inputs.lemma_c_7_input(A, R, n), inputs.ball_tokens(3, n, 8, R, seed=1)])
-    lip = lipschitz.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), X)
+    lip = dense.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), X)
     c3 = bounds.theorem_c_3(X, A, V)
     sharper = 3**0.5 * (torch.linalg.matrix_norm(A, ord=2) ** 2 * R**4 * (n + 1) + n) ** 0.5
     assert bool((lip <= c3 * (1 + 1e-12)).all() and (c3 <= sharper).all())
@@ -138,7 +138,7 @@ def lemma_c7_attained() -> None:
     A = torch.diag(torch.tensor([0.9, 0.4, -0.2, -0.7], dtype=f64))
     radii = torch.tensor([1.0, 3.0, 12.0], dtype=f64)
     for case, lam in (("positive", 0.9), ("negative", -0.7)):
-        exact = lipschitz.exact_local_lipschitz(
+        exact = dense.exact_local_lipschitz(
             lambda Z: _softmax_attention(Z, A, torch.eye(4, dtype=f64)), inputs.lemma_c_7_input(A, radii, 5, case=case)
         )
         for lower in (bounds.lemma_c_7(lam, radii, 5), bounds.lemma_c_7_sharpened(lam, radii, 5)):
@@ -151,7 +151,7 @@ def proposition_3_4_attained() -> None:
     """Chapter 4 (Proposition 3.4): exact >= the bound at the chosen case, attained at saturation (negative case)."""
     A = torch.diag(torch.tensor([0.9, 0.4, -0.2, -0.7], dtype=f64))
     radii = torch.tensor([1.0, 6.0], dtype=f64)
-    exact = lipschitz.exact_local_lipschitz(
+    exact = dense.exact_local_lipschitz(
         lambda Z: _softmax_attention(Z, A, torch.eye(4, dtype=f64)), inputs.lemma_c_7_input(A, radii, 5)
     )
     ratio = exact / bounds.proposition_3_4(A, radii, 5)
@@ -171,7 +171,7 @@ def theorem_3_7_limit_reached() -> None:
     A, V = _head(seed=7)
     X = torch.nn.functional.normalize(torch.randn(1, 6, 4, generator=_generator(8), dtype=f64), dim=-1)
     R = (40 / jacobian.score_gaps(X, A).min()).sqrt()
-    lip = lipschitz.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), R * X)
+    lip = dense.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), R * X)
     assert torch.allclose(lip, bounds.theorem_3_7_limit(X, A, V), rtol=1e-9)
 
 
@@ -198,9 +198,9 @@ def uniform_weights_give_local_constant() -> None:
     A, V = _head(3, seed=9)
     X = torch.randn(2, 5, 3, generator=_generator(10), dtype=f64)
     w = torch.full((5,), 0.2, dtype=f64)
-    weighted = lipschitz.weighted_operator_norm(lambda Z: attention.self_attention(Z, A, V, weights=w), X, w)
+    weighted = dense.weighted_operator_norm(lambda Z: attention.self_attention(Z, A, V, weights=w), X, w)
     assert torch.allclose(
-        weighted, lipschitz.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), X), rtol=1e-10
+        weighted, dense.exact_local_lipschitz(lambda Z: _softmax_attention(Z, A, V), X), rtol=1e-10
     )
 
 
@@ -348,13 +348,13 @@ MUTATIONS: dict[str, tuple[object, str, Callable[[Callable], Callable], list[Cal
     "local_lipschitz x0.5": (lipschitz, "local_lipschitz", _scaled(0.5), [local_lipschitz_matches_svd]),
     "local_lipschitz x2": (lipschitz, "local_lipschitz", _scaled(2.0), [local_lipschitz_matches_svd]),
     "exact_local_lipschitz x2": (
-        lipschitz,
+        dense,
         "exact_local_lipschitz",
         _scaled(2.0),
         [local_lipschitz_matches_svd, theorem_c3_chain_and_tightness, lemma_c7_attained],
     ),
     "weighted_operator_norm x2": (
-        lipschitz,
+        dense,
         "weighted_operator_norm",
         _scaled(2.0),
         [uniform_weights_give_local_constant],

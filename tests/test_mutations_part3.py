@@ -23,9 +23,9 @@ from scipy.special import lambertw
 
 from lipnb import charlm, charlm_runs
 from lipnb.core import invertible, l2_bounds
+from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.l2_attention import L2AttentionMap, L2Heads, L2Linearization, l2_attention, random_l2_heads
 from lipnb.core.l2_bounds import exact_local_lipschitz_inf, softmax_distance_sum
-from lipnb.core.lipschitz import exact_local_lipschitz, jacobian_matrix
 from lipnb.experiments.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
 from lipnb.report import check
 

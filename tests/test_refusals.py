@@ -10,7 +10,7 @@ import torch
 
 from lipnb import MultiHeadMap, data, local_lipschitz, models, self_attention
 from lipnb.core import bounds
-from lipnb.core.lipschitz import exact_local_lipschitz
+from lipnb.core.dense import exact_local_lipschitz
 
 F64 = torch.float64
 

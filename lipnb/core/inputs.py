@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import as_radius, check_float, check_positive_int
+from .dense import jacobian_matrix
 
 __all__ = [
     "Case",
@@ -244,11 +245,7 @@ def maximize_local_lipschitz(fn: Callable[[torch.Tensor], torch.Tensor], X0: tor
     R = float(as_radius(R))
 
     def value(Z: torch.Tensor) -> torch.Tensor:
-        norms = []
-        for z in Z:
-            J = torch.autograd.functional.jacobian(lambda u: fn(u[None])[0], z, create_graph=True, vectorize=True)
-            norms.append(torch.linalg.matrix_norm(J.reshape(-1, z.numel()), ord=2))
-        return torch.stack(norms)
+        return torch.linalg.matrix_norm(jacobian_matrix(fn, Z, differentiable=True), ord=2)
 
     def into_ball(Z: torch.Tensor) -> torch.Tensor:
         return Z * (R / Z.norm(dim=-1, keepdim=True)).clamp(max=1)

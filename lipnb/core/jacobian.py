@@ -11,6 +11,7 @@ from torch import Tensor
 
 from ..arguments import check_float, check_tokens
 from .attention import MultiHead, attention_matrix, log_weights, mask_future, scores
+from .linearization import ClosedForm
 
 __all__ = [
     "AttentionLinearization",
@@ -251,13 +252,15 @@ def _factor_heads(heads: MultiHead, rtol: float | None) -> _Factors:
     )
 
 
-class AttentionLinearization:
+class AttentionLinearization(ClosedForm):
     """Lemma C.2 for multi-head attention (Def 2.2; masked: Lemma D.1; biased: Lemma E.2) at a batch ``X``.
 
     One forward pass stores, per head, ``P``, the projections ``Q X + q``, ``K X``, ``V X + b`` and the
     head outputs ``O = P (V X + b)``; then ``jvp(E) = D_X f(E)`` and ``vjp(G) = D_X fᵀ(G)`` cost a few
     batched matrix products each, with no autograd graph. ``select(index)`` keeps the inputs ``index``.
     """
+
+    batched = ("P", "Qx", "Kx", "Vx", "Oh")
 
     def __init__(self, factors: _Factors, P: Tensor, Qx: Tensor, Kx: Tensor, Vx: Tensor, Oh: Tensor,
                  output: Tensor) -> None:
@@ -338,20 +341,17 @@ class AttentionLinearization:
         grads[..., 2 * r:].copy_((self.P.mT @ dO).transpose(1, 2))
         return grads.view(B, n, -1) @ self.factors.proj
 
-    def select(self, index: Tensor) -> AttentionLinearization:
-        """The linearization at the inputs ``index`` of the batch only (reusing the scores buffer)."""
-        lin = AttentionLinearization(self.factors, self.P[index], self.Qx[index], self.Kx[index],
-                                     self.Vx[index], self.Oh[index], self.output[index])
-        if self._work is not None and len(lin.P) <= len(self._work):
-            lin._work = self._work[: len(lin.P)]
+    def _selected(self, index: Tensor) -> AttentionLinearization:
+        """The declared fields sliced, and the scores buffer reused."""
+        lin = super()._selected(index)
+        lin._work = None if self._work is None or len(lin.P) > len(self._work) else self._work[: len(lin.P)]
         return lin
 
-    def to(self, dtype: torch.dtype) -> AttentionLinearization:
-        """The same linearization with its stored tensors (and so its products) in ``dtype``."""
-        tensors = (self.P, self.Qx, self.Kx, self.Vx, self.Oh, self.output)
-        return AttentionLinearization(self.factors.to(self.P.new_empty(0, dtype=dtype)),
-                                      *(t.to(dtype) for t in tensors))
-
+    def _cast(self, dtype: torch.dtype) -> AttentionLinearization:
+        """The declared fields and the layer's factors in ``dtype`` (a fresh scores buffer)."""
+        lin = super()._cast(dtype)
+        lin.factors, lin._work = self.factors.to(lin.P), None
+        return lin
 
 @dataclass(frozen=True, eq=False)
 class MultiHeadMap:

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
+from .linearization import Linearized
+
 __all__ = [
     "KrylovOutcome",
-    "Linearized",
     "NormalOperator",
     "batched_dot",
     "failure_epsilon",
@@ -27,18 +27,6 @@ __all__ = [
     "power_iteration",
     "value_error",
 ]
-
-
-class Linearized(Protocol):
-    """What the solvers need of a linearization: its output, the two products and ``select``."""
-
-    output: Tensor
-
-    def jvp(self, u: Tensor) -> Tensor: ...
-
-    def vjp(self, v: Tensor) -> Tensor: ...
-
-    def select(self, index: Tensor) -> Linearized: ...
 
 
 def batched_dot(a: Tensor, b: Tensor) -> Tensor:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..arguments import check_tokens
+from .linearization import ClosedForm
 from .lipschitz import Linearization
 
 __all__ = [
@@ -124,13 +126,16 @@ def l2_attention(X: Tensor, heads: L2Heads, *, check: bool = True) -> Tensor:
 
 
 @dataclass
-class L2Linearization:
+class L2Linearization(ClosedForm):
     """``D_X F`` of L2 attention at a batch ``X`` in closed form: ``jvp``, ``vjp``, ``select``.
 
     With ``q = XW^Q``, ``k = XW^K``, ``v = X A W^V``, ``T = P ⊙ dS`` and
     ``dS_ij = (2/τ)(<dq_i, k_j> + <q_i, dk_j> - <k_j, dk_j>)`` (the row constant ``<q_i, dq_i>`` drops
     out of the softmax): ``dO = T v - rowsum(T) O + P dv``.
     """
+
+    batched: ClassVar[tuple[str, ...]] = ("P", "q", "k", "v", "Oh")
+    casts: ClassVar[bool] = False          # a bfloat16 presolve is not offered for L2 attention
 
     heads: L2Heads
     P: Tensor
@@ -168,10 +173,6 @@ class L2Linearization:
         X_bar = gq @ self.heads.Q.mT + gk @ self.heads.keys.mT + gv @ self.heads.values.mT
         return X_bar.sum(1)
 
-    def select(self, index: Tensor) -> L2Linearization:
-        """The linearization at the inputs ``index`` of the batch only."""
-        return L2Linearization(self.heads, self.P[index], self.q[index], self.k[index], self.v[index],
-                               self.Oh[index], self.output[index])
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,8 +15,8 @@ import torch
 from scipy.special import lambertw
 from torch import Tensor
 
+from .dense import jacobian_matrix
 from .l2_attention import L2Heads
-from .lipschitz import jacobian_matrix
 
 __all__ = [
     "exact_local_lipschitz_inf",

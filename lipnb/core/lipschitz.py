@@ -5,8 +5,8 @@ linearization (in closed form for a :class:`Linearizable` map such as
 :class:`lipnb.core.jacobian.MultiHeadMap`, by autograd otherwise), and every step then costs one
 Jacobian-vector and one vector-Jacobian product on the inputs that have not converged yet. Batches
 larger than the device's memory run in chunks; the solvers themselves are in :mod:`lipnb.core.krylov`.
-Dense float64 Jacobians serve as ground truth on small problems. ``bench/lipschitz.py`` measures all
-this against the paper's method.
+Dense float64 Jacobians, the ground truth on small problems, are in :mod:`lipnb.core.dense`.
+``bench/lipschitz.py`` measures all this against the paper's method.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import numbers
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -23,7 +23,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..arguments import check_positive_int, check_tokens
 from . import memory
-from .attention import log_weights
 from .krylov import (
     KrylovOutcome,
     NormalOperator,
@@ -34,6 +33,7 @@ from .krylov import (
     power_iteration,
     value_error,
 )
+from .linearization import ClosedForm, Linearized
 from .map_checks import check_map, check_output, check_same_map, relative_change
 
 __all__ = [
@@ -41,11 +41,9 @@ __all__ = [
     "Linearization",
     "LipschitzResult",
     "NotConvergedWarning",
-    "exact_local_lipschitz",
-    "jacobian_matrix",
+    "linearization_bytes",
     "linearize",
     "local_lipschitz",
-    "weighted_operator_norm",
 ]
 
 Map = Callable[[Tensor], Tensor]
@@ -90,13 +88,20 @@ class Linearization:
     """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched.
 
     ``select(index)``, when given, returns the linearization at the inputs ``index`` only; it lets
-    :func:`local_lipschitz` stop spending products on inputs that have converged.
+    :func:`local_lipschitz` stop spending products on inputs that have converged. Its capabilities
+    (:class:`lipnb.core.linearization.Linearized`): no ``to``; a ``select`` re-linearizes, so it is worth
+    it once half the batch has finished.
     """
 
     output: Tensor
     jvp: Map
     vjp: Map
     select: Callable[[Tensor], Linearization] | None = None
+    casts: ClassVar[bool] = False
+
+    @property
+    def shrinks(self) -> float:
+        return 0.0 if self.select is None else 0.5
 
 
 @runtime_checkable
@@ -163,12 +168,15 @@ FLOAT32_ULPS = 64
 FLOAT64_ULPS = 64
 
 
-def _shrink_ratio(lin: object) -> float:
-    """When to shrink a linearization to its active inputs: at once for a closed form (cheap ``select``),
-    at half the batch for one that re-linearizes by autograd, never without ``select``."""
-    if getattr(lin, "select", None) is None:
-        return 0.0
-    return 0.5 if isinstance(lin, Linearization) else 1.0
+def _shrink_ratio(lin: Linearized) -> float:
+    """When to shrink a linearization to its active inputs, as it declares (``shrinks``); one that declares
+    nothing is never shrunk."""
+    return float(getattr(lin, "shrinks", 0.0))
+
+
+def _casts(lin: Linearized) -> bool:
+    """Whether a linearization runs its products in another dtype, as it declares (``casts``)."""
+    return bool(getattr(lin, "casts", False))
 
 
 def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, method: str) -> torch.dtype | None:
@@ -177,15 +185,15 @@ def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, meth
         return None
     dtype = lin.output.dtype
     if presolve == "auto":
-        native = dtype == torch.float32 and method == "lanczos" and hasattr(lin, "to")
+        native = dtype == torch.float32 and method == "lanczos" and _casts(lin)
         return torch.bfloat16 if native and memory.native_bfloat16(lin.output.device) else None
-    if not hasattr(lin, "to"):
-        raise ValueError("presolve needs a closed-form linearization with .to(dtype) (e.g. lipnb.core.attention."
-                         "MultiHeadMap); pass presolve=None for this map")
+    if not _casts(lin):
+        raise ValueError("presolve needs a linearization that casts its products (casts = True: a closed form "
+                         "such as lipnb.core.jacobian.MultiHeadMap's); pass presolve=None for this map")
     return presolve
 
 
-def _state_bytes(fn: Map, x: Tensor) -> int:
+def linearization_bytes(fn: Map, x: Tensor) -> int:
     """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
     and the tensors of a closed-form linearization."""
     storages: dict[int, int] = {}
@@ -198,7 +206,7 @@ def _state_bytes(fn: Map, x: Tensor) -> int:
         for value in vars(obj).values():
             if isinstance(value, Tensor):
                 pack(value)
-            elif hasattr(value, "jvp") and hasattr(value, "__dict__"):
+            elif isinstance(value, ClosedForm):
                 visit(value)
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
@@ -213,7 +221,7 @@ def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
     B = X.shape[0]
     if B == 1:
         return 1
-    per_input = 3 * _state_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
+    per_input = 3 * linearization_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
     return max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
 
 
@@ -423,43 +431,3 @@ def local_lipschitz(
     return LipschitzResult(value=value, iterations=iterations, converged=converged, residual=residual,
                            right_vector=right, left_vector=left, method=method, presolve_iterations=presolved,
                            error=error, upper=upper if confidence is not None else None)
-
-
-def jacobian_matrix(fn: Map, X: Tensor) -> Tensor:
-    """Dense Jacobians ``D_{X_b} fn`` in float64, shape ``(B, n' d', n d)``: ground truth for small inputs.
-
-    Forward mode: basis direction ``j`` of every element at once goes through one JVP of ``fn`` at the
-    whole batch, so ``fn`` may close over per-batch data (it must act on each element separately, as
-    for :func:`local_lipschitz`). Directions are vectorized with ``torch.func.vmap``, as many at a time
-    as the memory budget allows.
-    """
-    check_tokens(X)
-    X = X.detach().double()
-    B, n, d = X.shape
-    N = n * d
-    per_direction = 3 * _state_bytes(fn, X) + 2 * X.numel() * X.element_size()   # also checks fn's output
-    chunk = max(1, min(N, memory.memory_budget(X.device) // per_direction))
-    basis = torch.eye(N, dtype=X.dtype, device=X.device).view(N, 1, n, d).expand(N, B, n, d)
-    with sdpa_kernel(SDPBackend.MATH):          # the fused attention kernels have no forward-mode AD
-        columns = torch.func.vmap(lambda t: torch.func.jvp(fn, (X,), (t,))[1], chunk_size=chunk)(basis)
-    return columns.detach().reshape(N, B, -1).permute(1, 2, 0)
-
-
-def exact_local_lipschitz(fn: Map, X: Tensor) -> Tensor:
-    """Lemma 3.1: the exact ``||D_{X_b} fn||_2`` from the dense float64 SVD, shape ``(B,)``."""
-    return torch.linalg.matrix_norm(jacobian_matrix(fn, X), ord=2)
-
-
-def weighted_operator_norm(fn: Map, X: Tensor, weights: Tensor) -> Tensor:
-    """Lemma C.5: ``||W^{1/2} D_X fn W^{-1/2}||_2`` with ``W = diag(w) ⊗ I``, float64, shape ``(B,)``.
-
-    With ``fn`` the weighted self-attention of Def C.4, this is the local Lipschitz constant of
-    mean-field attention at the measure ``sum_i w_i δ_{x_i}`` for the Wasserstein-2 distance.
-    """
-    check_tokens(X)
-    w = log_weights(weights, X.double()).exp().squeeze(1)
-    J = jacobian_matrix(fn, X)
-    n = X.shape[1]
-    root_out = w.sqrt().repeat_interleave(J.shape[1] // n, dim=1)
-    root_in = w.sqrt().repeat_interleave(J.shape[2] // n, dim=1)
-    return torch.linalg.matrix_norm(root_out.unsqueeze(2) * J / root_in.unsqueeze(1), ord=2)

@@ -9,9 +9,9 @@ import torch
 from scipy.optimize import linear_sum_assignment
 
 from .attention import log_weights, scores, self_attention
+from .dense import jacobian_matrix, weighted_operator_norm
 from .inputs import repeat_tokens
 from .jacobian import attention_covariances
-from .lipschitz import jacobian_matrix, weighted_operator_norm
 
 __all__ = [
     "conditional_w2",

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .attention import MultiHead
+from .linearization import ClosedForm
 
 __all__ = [
     "LayerNormLinearization",
@@ -108,13 +109,15 @@ def absorb_normalization(heads: MultiHead, gamma: Tensor, beta: Tensor | None = 
     return MultiHead(A=A, V=V, W=heads.W, score_bias=c, value_bias=b, output_bias=heads.output_bias)
 
 
-class LayerNormLinearization:
+class LayerNormLinearization(ClosedForm):
     """Sec. 2.3: the Jacobian of ``LayerNorm(x) = γ ⊙ z + β``, ``z = (x - mean x) / s``, ``s = sqrt(var x + eps)``.
 
     Token by token, ``D LayerNorm(e) = γ ⊙ (e - mean e - z mean(z ⊙ e)) / s``: the projection in the
     middle is symmetric, so ``Dᵀ(g)`` is the same formula applied to ``γ ⊙ g``. Stores ``z`` ``(B, n, d)``
     and ``1 / s`` ``(B, n, 1)``.
     """
+
+    batched, parameters = ("z", "inv_std"), ("gamma",)
 
     def __init__(self, z: Tensor, inv_std: Tensor, gamma: Tensor, output: Tensor) -> None:
         self.z, self.inv_std, self.gamma, self.output = z, inv_std, gamma, output
@@ -141,11 +144,4 @@ class LayerNormLinearization:
         """``D LayerNormᵀ(G)``: the symmetric projection applied to ``γ ⊙ G``."""
         return self._project(G * self.gamma)
 
-    def select(self, index: Tensor) -> LayerNormLinearization:
-        """The linearization at the inputs ``index`` only."""
-        return LayerNormLinearization(self.z[index], self.inv_std[index], self.gamma, self.output[index])
 
-    def to(self, dtype: torch.dtype) -> LayerNormLinearization:
-        """The same linearization with its tensors in ``dtype``."""
-        return LayerNormLinearization(self.z.to(dtype), self.inv_std.to(dtype), self.gamma.to(dtype),
-                                      self.output.to(dtype))

@@ -16,17 +16,20 @@ from torch import Tensor
 
 from ..arguments import check_tokens
 from .jacobian import AttentionLinearization, MultiHeadMap
+from .linearization import ClosedForm
 from .normalization import LayerNormLinearization, layer_norm
 
 __all__ = ["ResidualAttentionMap", "SublayerLinearization"]
 
 
-class SublayerLinearization:
+class SublayerLinearization(ClosedForm):
     """The Jacobian of a residual attention sub-layer at ``X``, composed from closed forms.
 
     Post-LN (``post``): ``J = N (I + F)`` with ``N`` LayerNorm's Jacobian at ``X + f(X)`` and ``F``
     Lemma C.2's at ``X``; pre-LN: ``J = I + F N`` with ``N`` at ``X`` and ``F`` at ``LayerNorm(X)``.
     """
+
+    parts = ("attention", "norm")
 
     def __init__(self, attention: AttentionLinearization, norm: LayerNormLinearization, post: bool,
                  output: Tensor) -> None:
@@ -45,15 +48,7 @@ class SublayerLinearization:
             return self.attention.vjp(g).add_(g)
         return self.norm.vjp(self.attention.vjp(G)).add_(G)
 
-    def select(self, index: Tensor) -> SublayerLinearization:
-        """The linearization at the inputs ``index`` only."""
-        return SublayerLinearization(self.attention.select(index), self.norm.select(index), self.post,
-                                     self.output[index])
 
-    def to(self, dtype: torch.dtype) -> SublayerLinearization:
-        """The same linearization with its tensors (and so its products) in ``dtype``."""
-        return SublayerLinearization(self.attention.to(dtype), self.norm.to(dtype), self.post,
-                                     self.output.to(dtype))
 
 
 @dataclass(frozen=True, eq=False)

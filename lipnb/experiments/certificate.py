@@ -20,8 +20,9 @@ import torch
 from torch import Tensor
 
 from ..core.attention import MultiHead, self_attention
+from ..core.dense import jacobian_matrix
 from ..core.jacobian import MultiHeadMap
-from ..core.lipschitz import jacobian_matrix, local_lipschitz
+from ..core.lipschitz import local_lipschitz
 from ..results import ResultTable, cached_table, progress
 
 __all__ = [

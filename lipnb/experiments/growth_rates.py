@@ -14,8 +14,8 @@ from torch import Tensor
 
 from ..core.attention import self_attention
 from ..core.bounds import theorem_3_3
+from ..core.dense import exact_local_lipschitz
 from ..core.inputs import argmax_configuration, lemma_c_7_input, quadratic_growth_input
-from ..core.lipschitz import exact_local_lipschitz
 from ..results import ResultTable, cached_table
 from .l2_tightness import fitted_rates, tightness_sweep
 from .stats import fit_line

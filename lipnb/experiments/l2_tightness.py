@@ -15,10 +15,10 @@ from torch import Tensor
 
 from ..core.attention import self_attention
 from ..core.bounds import theorem_3_3
+from ..core.dense import exact_local_lipschitz, jacobian_matrix
 from ..core.inputs import ball_tokens, gradient_ascent, maximize_local_lipschitz, quadratic_growth_input
 from ..core.l2_attention import L2AttentionMap, L2Heads, l2_attention
 from ..core.l2_bounds import phi_inverse, theorem_3_2_inf, theorem_3_2_two
-from ..core.lipschitz import exact_local_lipschitz
 from ..results import ResultTable, cached_table, progress
 from .stats import fit_line
 
@@ -31,16 +31,11 @@ Norm = Literal["2", "inf"]
 def jacobian_norm(heads: L2Heads, X: Tensor, norm: Norm) -> Tensor:
     """``|D_X F|`` for the 2-norm (largest singular value) or the ∞-norm (largest absolute row sum), ``(B,)``.
 
-    Dense and differentiable (``torch.func``), for the small ``N D`` of an optimisation.
+    Dense and differentiable (:func:`lipnb.core.dense.jacobian_matrix`), for the small ``N D`` of an optimisation.
     """
     if norm not in ("2", "inf"):
         raise ValueError(f"norm must be '2' or 'inf', got {norm!r}")
-    n, D = X.shape[1:]
-
-    def single(x: Tensor) -> Tensor:
-        return l2_attention(x.view(1, n, D), heads, check=False).reshape(-1)
-
-    J = torch.func.vmap(torch.func.jacrev(single))(X.reshape(len(X), -1))
+    J = jacobian_matrix(lambda Z: l2_attention(Z, heads, check=False), X, differentiable=True)
     if norm == "2":
         return torch.linalg.matrix_norm(J, ord=2)
     return J.abs().sum(-1).amax(-1)

@@ -10,9 +10,10 @@ import torch
 from ..arguments import as_radius, check_bool, check_choice, check_lengths, check_positive_int, check_tokens
 from ..core.attention import attention_matrix, self_attention
 from ..core.bounds import theorem_3_3, theorem_c_3
+from ..core.dense import jacobian_matrix
 from ..core.inputs import ball_tokens, lemma_c_7_input, quadratic_growth_input, random_head
 from ..core.jacobian import selection_jacobian
-from ..core.lipschitz import jacobian_matrix, local_lipschitz
+from ..core.lipschitz import local_lipschitz
 from ..core.measures import repeated_token_lipschitz
 from ..results import ResultTable, cached_table, code_version, progress
 from .stats import fit_line

@@ -24,6 +24,7 @@ from transformers import LlamaConfig, LlamaModel
 from ..arguments import check_bool, check_index
 from ..core.attention import causal_mask, check_tokens, mask_future
 from ..core.inputs import HeadSpectrum, head_spectra
+from ..core.linearization import ClosedForm
 from ..core.sublayers import SublayerLinearization
 
 __all__ = [
@@ -79,13 +80,15 @@ def rotate(x: Tensor, angles: Tensor, *, transpose: bool = False) -> Tensor:
     return torch.cat((a * cos - b * sin, b * cos + a * sin), dim=-1)
 
 
-class RotaryLinearization:
+class RotaryLinearization(ClosedForm):
     """Lemma C.2 with a per-pair matrix at a batch ``X``: ``s_ij = scale <R_i Q x_i, R_j K x_j>``, causal.
 
     Stores the rotated projections ``q`` ``(B, H, n, k)``, ``key`` and ``v`` (expanded to the ``H`` heads),
     ``P`` and the head outputs ``O = P v``; ``jvp`` differentiates ``q`` and ``key`` through the same rotations
     (``dS = scale (dq keyᵀ + q dkeyᵀ)``, ``dO = (P ⊙ dS) v - rowsum(P ⊙ dS) O + P dv``) and ``vjp`` is its adjoint.
     """
+
+    batched = ("q", "key", "v", "P", "O")
 
     def __init__(self, owner: RotaryAttentionMap, angles: Tensor, q: Tensor, key: Tensor, v: Tensor, P: Tensor,
                  heads_out: Tensor, output: Tensor) -> None:
@@ -107,15 +110,7 @@ class RotaryLinearization:
         dS = self.P * (dO @ self.v.mT - (dO * self.O).sum(-1, keepdim=True)) * m.scaling
         return m._project_adjoint(dS @ self.key, dS.mT @ self.q, self.P.mT @ dO, self.angles)
 
-    def select(self, index: Tensor) -> RotaryLinearization:
-        """The linearization at the inputs ``index`` only."""
-        return RotaryLinearization(self.owner, self.angles, self.q[index], self.key[index], self.v[index],
-                                   self.P[index], self.O[index], self.output[index])
 
-    def to(self, dtype: torch.dtype) -> RotaryLinearization:
-        """The same linearization with its tensors (and so its products) in ``dtype``."""
-        t = (self.q, self.key, self.v, self.P, self.O, self.output)
-        return RotaryLinearization(self.owner, self.angles, *(x.to(dtype) for x in t))
 
 
 @dataclass(frozen=True, eq=False)
@@ -220,9 +215,11 @@ class RotaryAttentionMap:
         return self._combine(torch.softmax(mask_future(q @ key.mT * self.scaling), dim=-1) @ v)
 
 
-class RMSNormLinearization:
+class RMSNormLinearization(ClosedForm):
     """Sec. 2.3: the Jacobian of ``RMSNorm(x) = γ ⊙ z``, ``z = x / s``, ``s = sqrt(mean x² + eps)``, token by token:
     ``γ ⊙ (e - z mean(z ⊙ e)) / s``; the middle projection is symmetric, so ``Dᵀ(g)`` applies it to ``γ ⊙ g``."""
+
+    batched, parameters = ("z", "inv_rms"), ("gamma",)
 
     def __init__(self, z: Tensor, inv_rms: Tensor, gamma: Tensor, output: Tensor) -> None:
         self.z, self.inv_rms, self.gamma, self.output = z, inv_rms, gamma, output
@@ -245,14 +242,7 @@ class RMSNormLinearization:
         """``D RMSNormᵀ(G)``."""
         return self._project(G * self.gamma)
 
-    def select(self, index: Tensor) -> RMSNormLinearization:
-        """The linearization at the inputs ``index`` only."""
-        return RMSNormLinearization(self.z[index], self.inv_rms[index], self.gamma, self.output[index])
 
-    def to(self, dtype: torch.dtype) -> RMSNormLinearization:
-        """The same linearization in ``dtype``."""
-        return RMSNormLinearization(self.z.to(dtype), self.inv_rms.to(dtype), self.gamma.to(dtype),
-                                    self.output.to(dtype))
 
 
 @dataclass(frozen=True, eq=False)
