@@ -200,11 +200,12 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
             "slope_after": b[1], "jump": jump}
 
 
-def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip") -> pd.DataFrame:
-    """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval,
-    ``C = e^intercept`` (Student interval when every length has one input), :func:`lack_of_fit`'s ``lof_F``
-    and ``lof_p`` where lengths repeat (``nan`` otherwise), and :func:`power_law_break`'s verdict where there are
-    enough lengths."""
+def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str = "n", y: str = "lip",
+                resamples: int = 500) -> pd.DataFrame:
+    """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its bootstrap interval
+    (``resamples`` resamples), ``C = e^intercept`` (Student interval when every length has one input),
+    :func:`lack_of_fit`'s ``lof_F`` and ``lof_p`` where lengths repeat (``nan`` otherwise), and
+    :func:`power_law_break`'s verdict where there are enough lengths."""
 
     frame, by = check_grouped_table(table, by, (x, y))
     rows = []
@@ -215,7 +216,7 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
             fit = fit_line(lx, ly)
             slope, low, high = fit.slope, fit.low, fit.high
         else:
-            slope, low, high = bootstrap_slope(lx, ly, resamples=500)
+            slope, low, high = bootstrap_slope(lx, ly, resamples=resamples)
         row = dict(zip(by, key if isinstance(key, tuple) else (key,), strict=True))
         row.update(alpha=slope, low=low, high=high, C=math.exp(float(ly.mean() - slope * lx.mean())),
                    lof_F=math.nan, lof_p=math.nan)
