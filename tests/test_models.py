@@ -429,3 +429,11 @@ def test_random_gpt2_seeds() -> None:
     assert not torch.equal(other.h[0].attn.c_attn.weight, zero.h[0].attn.c_attn.weight)
     with pytest.raises(ValueError, match="gpt2-random:SEED"):
         models.load("gpt2-random:x")
+
+
+def test_minilm_trained_length_is_read_from_its_model_card() -> None:
+    """The fine-tuning length chapter 22 starts its long windows from: the card says 128 tokens, and the
+    checkpoint's position table is longer, which is why windows past it can be run at all."""
+    trained = loading.minilm_trained_length()
+    model, _ = models.load("minilm", device="cpu")
+    assert trained == 128 and model.config.max_position_embeddings > trained

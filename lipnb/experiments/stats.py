@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from ..results import ResultTable
 
 __all__ = [
+    "BREAK_MIN_JUMP",
+    "BREAK_MIN_SIDE",
     "LackOfFit",
     "LineFit",
     "bootstrap_slope",
@@ -157,8 +159,12 @@ def local_slopes(n: Sequence[float], lip: Sequence[float]) -> torch.Tensor:
     return means.log().diff() / levels.log().diff()
 
 
-def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = 3, alpha: float = 1e-3,
-                    min_jump: float = 1.25, min_slope_change: float = 0.15) -> dict:
+# The break test's defaults (:func:`power_law_break`), named so that a chapter can state them.
+BREAK_MIN_SIDE, BREAK_MIN_JUMP = 3, 1.25
+
+
+def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int = BREAK_MIN_SIDE, alpha: float = 1e-3,
+                    min_jump: float = BREAK_MIN_JUMP, min_slope_change: float = 0.15) -> dict:
     """Is ``lip ~ C n^α`` one power law? Best two-segment log-log fit against one line, by an F test.
 
     Every split between distinct lengths with at least ``min_side`` lengths on each side is tried; the

