@@ -24,14 +24,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-import importlib
-from pathlib import Path
-from types import ModuleType
-
 from .core.attention import MultiHead, attention_matrix, mask_future, multihead_attention, self_attention
 from .core.dense import exact_local_lipschitz, jacobian_matrix, weighted_operator_norm
 from .core.jacobian import MultiHeadMap, lemma_c_2_jvp
 from .core.lipschitz import LipschitzResult, NotConvergedWarning, local_lipschitz
+from .lazy import lazy_modules
 
 __all__ = [
     "LipschitzResult",
@@ -51,16 +48,4 @@ __all__ = [
 ]
 
 # Every module and floor of the package, found on disk so that none is left out: imported on first access.
-_HERE = Path(__file__).parent
-_LAZY = frozenset(p.stem for p in _HERE.glob("*.py") if not p.stem.startswith("_")) | frozenset(
-    p.parent.name for p in _HERE.glob("*/__init__.py"))
-
-
-def __getattr__(name: str) -> ModuleType:
-    if name in _LAZY:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module 'lipnb' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+__getattr__, __dir__ = lazy_modules(__name__, __file__, globals())

@@ -3,19 +3,7 @@ the published experiments' settings and their estimator, one home each. Imports 
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-from types import ModuleType
+from ..lazy import lazy_modules
 
-# Every module of this floor, found on disk: imported on first attribute access.
-_LAZY = frozenset(p.stem for p in Path(__file__).parent.glob("*.py") if not p.stem.startswith("_"))
-
-
-def __getattr__(name: str) -> ModuleType:
-    if name in _LAZY:
-        return importlib.import_module(f".{name}", __name__)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY)
+# Every module of this floor, found on disk, is imported on first attribute access.
+__getattr__, __dir__ = lazy_modules(__name__, __file__, globals())
