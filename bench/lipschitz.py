@@ -76,6 +76,7 @@ import lipnb
 from lipnb import data, models, profiles
 from lipnb.core.lipschitz import NotConvergedWarning
 from lipnb.experiments import benchmark
+from lipnb.models import llama
 from lipnb.paper import published
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -306,14 +307,18 @@ def bench_model(spec: str, lengths: list[int], batch_for: Callable[[int], int], 
     for kind in kinds:
         f = models.attention_map(model, layer, kind)
         map64 = models.attention_map(model64, layer, kind)
+        # A LayerMap runs the model's module and has a closed form; a Llama map is lipnb's closed form itself, so
+        # the paper's loop differentiates transformers' LlamaAttention instead (as bench/workloads.py does).
+        closed = f.closed_form() if isinstance(f, models.LayerMap) else f
+        module = llama.module_map(model, layer) if llama.is_llama(model) and kind == "self" else f
         lipnb_runs: dict[str, tuple[Map, dict]] = {
             "lipnb": (f, {"tol": LIPNB_TOL}),
             "lipnb-f32": (f, {"tol": LIPNB_TOL, "presolve": None}),
             "lipnb-tight": (f, {"tol": 1e-6}),
             "lipnb-autograd": (lambda X, f=f: f(X), {"tol": LIPNB_TOL}),
-            "lipnb-f64": (f.closed_form(), {"tol": LIPNB_TOL, "dtype": torch.float64}),
+            "lipnb-f64": (closed, {"tol": LIPNB_TOL, "dtype": torch.float64}),
         }
-        runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X, f=f: run_paper(f, X)} | {
+        runners: dict[str, Callable[[Tensor], dict]] = {"paper": lambda X, m=module: run_paper(m, X)} | {
             m: lambda X, fn=fn, options=options: run_lipnb(fn, X, **options) for m, (fn, options) in lipnb_runs.items()}
         for n in lengths:
             rows.append(bench_inputs(name, layer, kind, n, batches[n], ids[n], model, f, map64, lipnb_runs, runners,

@@ -164,3 +164,17 @@ def test_bad_arguments(model: torch.nn.Module) -> None:
         llama.head_A(torch.nn.Linear(2, 2), 0, 0)
     with pytest.raises(ValueError, match="d = 3"):
         llama.attention_map(model, 0).linearize(torch.zeros(1, 2, 3, dtype=torch.float64))
+
+
+def test_rotary_flop_formula_counts_every_matrix_product(model: torch.nn.Module) -> None:
+    """``RotaryAttentionMap.flops(n)`` equals torch's count of the matrix products its closed form runs."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    fn = llama.attention_map(model, 1)
+    X = torch.randn(1, 7, model.config.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter:
+        lin = fn.linearize(X)
+    assert counter.get_total_flops() == fn.flops(7)["linearize"]
+    with FlopCounterMode(display=False) as counter:
+        lin.vjp(lin.jvp(torch.ones_like(X)))
+    assert counter.get_total_flops() == fn.flops(7)["product"]

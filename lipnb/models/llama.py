@@ -192,6 +192,17 @@ class RotaryAttentionMap:
         Wo = self._weights(G)[3]
         return self._heads(G if Wo is None else G @ Wo, False)
 
+    def flops(self, n: int) -> dict[str, int]:
+        """Matrix-product FLOPs per input of length ``n`` (as :meth:`lipnb.core.jacobian.MultiHeadMap.flops`):
+        with ``p = H k + 2 G k`` projection rows, the ``linearize`` forward pass ``2 n d p + 4 n² H k``, a product
+        ``4 n d p + 16 n² H k`` (``"attention"``: its second term), plus ``2 n H k d_out`` per output block."""
+        k, d = self.head_dim, self.Wq.shape[1]
+        H, p = self.Wq.shape[0] // k, self.Wq.shape[0] + 2 * self.Wk.shape[0]
+        out = 0 if self.Wo is None else 2 * n * H * k * self.Wo.shape[0]
+        return {"linearize": 2 * n * d * p + 4 * n * n * H * k + out,
+                "product": 4 * n * d * p + 16 * n * n * H * k + 2 * out,
+                "attention": 16 * n * n * H * k}
+
     def linearize(self, X: Tensor) -> RotaryLinearization:
         """The forward pass at ``X`` and the closed-form ``jvp``/``vjp`` (no autograd)."""
         self._check_input(X)
