@@ -4,9 +4,10 @@ learning rate.
 
 ``python -m lipnb.charlm_runs --record NAME`` trains every run of one record once (single-threaded, CPU)
 and writes it as JSON, with the curves and their provenance, into ``lipnb/charlm_records/``; the records
-ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4) and ``agnews-deep`` (depths 8 and 12,
-fewer steps, trained later). A chapter reads them with :func:`load_record` and re-runs the first steps of
-each run with :func:`replay`.
+ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4), ``agnews-deep`` (depths 8 and 12,
+fewer steps, trained later) and ``agnews-depth`` (dot-product and tied L2 only, depths 16 and 24, three seeds
+each, fewer steps again: Kim et al.'s claim that dot-product attention fails beyond ten layers). A chapter
+reads them with :func:`load_record` and re-runs the first steps of each run with :func:`replay`.
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ from . import __version__
 from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
 from .data import ag_news_texts
 
-__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "git_state", "load_record",
-           "main", "record_of", "record_path", "replay", "run_settings", "write_record"]
+__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "git_state", "kinds_of",
+           "load_record", "main", "record_of", "record_path", "replay", "run_settings", "seeds_of", "write_record"]
 
 KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
 RECORD = "agnews"
-# Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget).
+# Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget); a record
+# may name its kinds (default: KINDS) and seeds (default: seed 0 only; a run without a seed field has seed 0).
 RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
-                            "agnews-deep": {"depths": (8, 12), "steps": 1000}}
+                            "agnews-deep": {"depths": (8, 12), "steps": 1000},
+                            "agnews-depth": {"depths": (16, 24), "steps": 400, "kinds": ("dot", "l2"),
+                                             "seeds": (0, 1, 2)}}
 # One configuration for every run; only the depth, the attention and the record's steps change (the
 # configuration carries the first record's, which run_settings replaces with each record's own).
 SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32, steps=RECORDS[RECORD]["steps"],
@@ -54,6 +58,16 @@ def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
     return char_corpus("\n".join(ag_news_texts()))
 
 
+def kinds_of(name: str) -> tuple[Kind, ...]:
+    """The attention kinds the record ``name`` trains."""
+    return tuple(RECORDS[name].get("kinds", KINDS))
+
+
+def seeds_of(name: str) -> tuple[int, ...]:
+    """The seeds the record ``name`` trains each (kind, depth) with."""
+    return tuple(RECORDS[name].get("seeds", (0,)))
+
+
 def record_of(depth: int) -> str:
     """The name of the record that holds the runs at ``depth``."""
     for name, spec in RECORDS.items():
@@ -62,9 +76,12 @@ def record_of(depth: int) -> str:
     raise ValueError(f"depth must be one of {SETTINGS['depths']}; got {depth!r}")
 
 
-def run_settings(depth: int) -> CharLMConfig:
-    """The configuration of the recorded run at ``depth`` (its record's number of steps)."""
-    return replace(SETTINGS["config"], depth=depth, steps=RECORDS[record_of(depth)]["steps"])
+def run_settings(depth: int, seed: int = 0) -> CharLMConfig:
+    """The configuration of the recorded run at ``depth`` with ``seed`` (its record's number of steps)."""
+    name = record_of(depth)
+    if seed not in seeds_of(name):
+        raise ValueError(f"seed must be one of {seeds_of(name)} at depth {depth}; got {seed!r}")
+    return replace(SETTINGS["config"], depth=depth, steps=RECORDS[name]["steps"], seed=seed)
 
 
 def record_path(name: str = RECORD) -> Path:
@@ -83,11 +100,11 @@ def load_record(name: str = RECORD) -> dict:
     return json.loads(path.read_text())
 
 
-def replay(kind: Kind, depth: int, steps: int, *, divisors: bool = False) -> list[dict]:
-    """The first ``steps`` steps of the recorded run (``kind``, ``depth``), re-run here with its settings
+def replay(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
+    """The first ``steps`` steps of the recorded run (``kind``, ``depth``, ``seed``), re-run here with its settings
     (with ``divisors``, also every block's attention divisor: :func:`lipnb.charlm.train_char_lm`)."""
     train, valid, alphabet = agnews_corpus()
-    config = replace(run_settings(depth), steps=steps)
+    config = replace(run_settings(depth, seed), steps=steps)
     return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
                          log_every=SETTINGS["log_every"], divisors=divisors)
 
@@ -138,13 +155,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.drift:
         record = json.loads(out.read_text())
-        drift = 0.0
+        per_run = []  # each run's largest difference, in the order of the runs
         for run in record["runs"]:
-            row, ref = replay(run["kind"], run["depth"], SETTINGS["log_every"])[0], run["rows"][0]
-            drift = max(drift, abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"]))
+            row = replay(run["kind"], run["depth"], SETTINGS["log_every"], seed=run.get("seed", 0))[0]
+            ref = run["rows"][0]
+            per_run.append(max(abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"])))
+        drift = max(per_run)
         capability = torch.backends.cpu.get_cpu_capability().lower()
         record.setdefault("replay_drift", {})[capability] = {"steps": SETTINGS["log_every"], "max_abs_bpc": drift,
-                                                             "git": git_state()}
+                                                             "per_run_max_abs_bpc": per_run, "git": git_state()}
         write_record(out, record)
         print(f"largest difference of the first logged values under {capability}: {drift:.3g} bits/char")
         return 0
@@ -155,7 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m lipnb.charlm_runs " + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": {"config": asdict(replace(SETTINGS["config"], steps=spec["steps"])), "depths": list(spec["depths"]),
-                     "kinds": list(KINDS), "log_every": SETTINGS["log_every"],
+                     "kinds": list(kinds_of(args.record)), "seeds": list(seeds_of(args.record)),
+                     "log_every": SETTINGS["log_every"],
                      "valid_chars": SETTINGS["valid_chars"], "train_chars": len(train),
                      "valid_split_chars": len(valid), "alphabet": len(alphabet)},
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
@@ -165,19 +185,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                      "git": git_state()},
         "runs": [],
     }
-    for depth in spec["depths"]:
-        for kind in KINDS:
-            start = time.process_time()
-            rows = train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), run_settings(depth), kind,
-                                 log_every=SETTINGS["log_every"])
-            for row in rows:
-                if row["diverged"]:
-                    row["train_bpc"] = row["valid_bpc"] = None
-            record["runs"].append({"kind": kind, "depth": depth, "cpu_seconds": time.process_time() - start,
-                                   "rows": rows})
-            record["machine"]["load_average_end"] = list(os.getloadavg())
-            write_record(out, record)
-            print(f"depth {depth} {kind}: last valid bpc {rows[-1]['valid_bpc']}", flush=True)
+    # The shallower depth first, every seed of it, so that a cut-off leaves whole depths.
+    for depth in sorted(spec["depths"]):
+        for seed in seeds_of(args.record):
+            for kind in kinds_of(args.record):
+                start = time.process_time()
+                rows = train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), run_settings(depth, seed),
+                                     kind, log_every=SETTINGS["log_every"])
+                for row in rows:
+                    if row["diverged"]:
+                        row["train_bpc"] = row["valid_bpc"] = None
+                record["runs"].append({"kind": kind, "depth": depth, "seed": seed,
+                                       "cpu_seconds": time.process_time() - start, "rows": rows})
+                record["machine"]["load_average_end"] = list(os.getloadavg())
+                write_record(out, record)
+                print(f"depth {depth} seed {seed} {kind}: last valid bpc {rows[-1]['valid_bpc']} "
+                      f"({record['runs'][-1]['cpu_seconds']:.0f} CPU-s)", flush=True)
     return 0
 
 
