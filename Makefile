@@ -40,10 +40,13 @@ test: $(STAMP) lint browser
 # The same unit tests and chapters on the portable CPU kernels (no AVX), from an empty results cache:
 # what a reader's machine of another CPU sees. Stored outputs are compared as numbers (nbval_numeric.py).
 # KEEP_CACHE=DIR: an empty folder to fill and keep (.ci/run hands it to `make test` afterwards).
+# The mutation tests run once, in `make test`: they show that a chapter's check fails under wrong code, which
+# the CPU's kernels do not change.
 test-portable: $(STAMP)
 	cache=$${KEEP_CACHE:-$$(mktemp -d)} && { [ -n "$$KEEP_CACHE" ] || trap 'rm -rf "$$cache"' EXIT; } && \
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
-	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py
+	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py \
+	  --ignore=tests/test_mutations.py --ignore=tests/test_mutations_part3.py
 
 # Renders the outputs stored in each chapter's .ipynb (nothing is executed).
 book: $(STAMP)

@@ -36,7 +36,7 @@ import numpy as np
 
 from .figures import figure, figure_defects, show
 
-__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "ledger",
+__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "figure", "figure_defects", "frame_table", "ledger",
            "markdown_table", "read_ledger", "read_states", "show", "state", "summary_table"]
 
 Number = float | int | np.ndarray
@@ -68,7 +68,9 @@ def state(name: str, value: float | int | str, fmt: str = ".3g") -> str:
     return text
 
 
-def _array(name: str, value: object) -> np.ndarray:
+def _array(name: str, value: object, claim: str) -> np.ndarray:
+    """``value`` as a float array; NaN fails the claim (it cannot be assessed), an empty or non-numeric value
+    is refused."""
     if hasattr(value, "detach"):
         value = value.detach().cpu().double().numpy()
     try:
@@ -78,7 +80,7 @@ def _array(name: str, value: object) -> np.ndarray:
     if out.size == 0:
         raise ValueError(f"check: {name} is empty")
     if np.isnan(out).any():
-        raise ValueError(f"check: {name} holds NaN")
+        raise AssertionError(f"check failed: FAILS: {claim} | {name} holds NaN | margin nan")
     return out
 
 
@@ -148,7 +150,7 @@ class Check:
 
     def below(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
         """Every ``value`` is at most (``strict``: below) its ``bound``; margin ``min (bound - value) / |bound|``."""
-        v, b = np.broadcast_arrays(_array("value", value), _array("bound", bound))
+        v, b = np.broadcast_arrays(_array("value", value, claim), _array("bound", bound, claim))
         slack = (b - v) / np.where(b == 0, 1.0, np.abs(b))
         i = int(np.argmin(slack))
         holds = bool((v < b).all() if strict else (v <= b).all())
@@ -161,7 +163,7 @@ class Check:
 
     def above(self, claim: str, value: Number, bound: Number, *, strict: bool = False) -> float:
         """Every ``value`` is at least (``strict``: above) its ``bound``; margin ``min (value - bound) / |bound|``."""
-        v, b = np.broadcast_arrays(_array("value", value), _array("bound", bound))
+        v, b = np.broadcast_arrays(_array("value", value, claim), _array("bound", bound, claim))
         slack = (v - b) / np.where(b == 0, 1.0, np.abs(b))
         i = int(np.argmin(slack))
         holds = bool((v > b).all() if strict else (v >= b).all())
@@ -171,7 +173,8 @@ class Check:
 
     def between(self, claim: str, value: Number, low: Number, high: Number) -> float:
         """Every ``value`` lies in ``[low, high]``; margin: the smaller relative slack of the two sides."""
-        v, lo, hi = np.broadcast_arrays(_array("value", value), _array("low", low), _array("high", high))
+        v, lo, hi = np.broadcast_arrays(_array("value", value, claim), _array("low", low, claim),
+                                        _array("high", high, claim))
         if (lo > hi).any():
             raise ValueError("check.between: low must not exceed high")
         width = np.where(hi > lo, hi - lo, 1.0)
@@ -187,7 +190,7 @@ class Check:
         """``|value - reference| <= atol + rtol |reference|`` everywhere; margin ``1 - error / tolerance``."""
         if not (rtol >= 0 and atol >= 0 and rtol + atol > 0):
             raise ValueError("check.close: give rtol and/or atol, non-negative and not both zero")
-        v, r = np.broadcast_arrays(_array("value", value), _array("reference", reference))
+        v, r = np.broadcast_arrays(_array("value", value, claim), _array("reference", reference, claim))
         err = np.abs(v - r)
         tol = atol + rtol * np.abs(r)
         ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
@@ -320,6 +323,19 @@ def _cells(rows: list[dict[str, object]], formats: dict[str, str]) -> list[list[
         return str(value).replace("\n", " ")
 
     return [[cell(c, row[c]) for c in row] for row in rows]
+
+
+def frame_table(table: object, caption: str, fmt: str = ".3g", *, name: str = "") -> Table:
+    """A pandas DataFrame as :func:`markdown_table`: its index as leading columns (none for a plain range index),
+    a multi-level column's levels joined by ", ", every float column formatted with ``fmt``."""
+    if not hasattr(table, "reset_index") or not hasattr(table, "dtypes"):
+        raise TypeError(f"frame_table: a pandas DataFrame, not {type(table).__name__}")
+    plain = type(table.index).__name__ == "RangeIndex"
+    flat = table if plain else table.reset_index()
+    flat = flat.set_axis([", ".join(str(c) for c in col if c != "") if isinstance(col, tuple)
+                          else "" if col == "index" else str(col) for col in flat.columns], axis=1)
+    formats = {column: fmt for column, dtype in zip(flat.columns, flat.dtypes, strict=True) if dtype.kind == "f"}
+    return markdown_table(flat.to_dict("records"), formats, caption=caption, name=name)
 
 
 def markdown_table(rows: object, formats: dict[str, str] | None = None, *, caption: str = "",

@@ -4,8 +4,7 @@
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
 * Random problems drawn by tests in several files (``from conftest import random_attention_params``):
   ``random_multihead``, ``random_head_matrix``, ``random_attention_problem``, ``random_attention_params``.
-* The two tests every mutation file makes (``from conftest import mutation_tests``): each catcher passes, and
-  under each mutation every catcher listed for it fails.
+* Mutation tests edit an implementation and run a chapter's own cells: ``tests/chapter_mutations.py``.
 """
 
 from __future__ import annotations
@@ -18,6 +17,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, settings
 from torch import Tensor
+from torch.utils.flop_counter import FlopCounterMode
 
 from lipnb import MultiHead
 
@@ -93,37 +93,7 @@ def random_attention_params(gen: torch.Generator, d: int = 3, d_v: int = 3) -> t
     return A, V
 
 
-# --------------------------------------------------------------------------- mutation tests
-
-Mutation = Callable[[Callable], Callable]
-
-
-def mutate(monkeypatch: pytest.MonkeyPatch, owner: object, attribute: str, mutation: Mutation) -> None:
-    """Replace ``owner.attribute`` by ``mutation`` of it for the test's duration."""
-    monkeypatch.setattr(owner, attribute, mutation(getattr(owner, attribute)))
-
-
-def mutation_tests(catchers: list[Callable[[], None]],
-                   mutations: dict[str, tuple[object, str, Mutation, list[Callable[[], None]]]]
-                   ) -> tuple[Callable[..., None], Callable[..., None]]:
-    """``(test_catchers_pass, test_mutation_is_caught)`` for a mutation file's ``CATCHERS`` and ``MUTATIONS``
-    (name -> owner, attribute, mutation, catchers)."""
-
-    @pytest.mark.parametrize("catcher", catchers, ids=lambda c: c.__name__)
-    def test_catchers_pass(catcher: Callable[[], None]) -> None:
-        """Every catcher holds for the real code."""
-        catcher()
-
-    @pytest.mark.parametrize("name", list(mutations))
-    def test_mutation_is_caught(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-        """Under the mutation, every catcher listed for it fails."""
-        owner, attribute, mutation, listed = mutations[name]
-        mutate(monkeypatch, owner, attribute, mutation)
-        for catcher in listed:
-            with pytest.raises(AssertionError):
-                catcher()
-
-    return test_catchers_pass, test_mutation_is_caught
+# --------------------------------------------------------------------------- prescribed spectra
 
 
 def prescribed_jacobians(values: list[list[float]], n: int, d: int, g: torch.Generator) -> torch.Tensor:
@@ -138,3 +108,14 @@ def prescribed_jacobians(values: list[list[float]], n: int, d: int, g: torch.Gen
         full[: len(s)] = torch.tensor(s, dtype=torch.float64)
         out.append(U @ torch.diag(full) @ V.T)
     return torch.stack(out)
+
+
+def assert_flops_counted(fn: object, X: Tensor) -> None:
+    """``fn.flops(n)`` (the cost model of a map with a closed form) equals torch's count of the matrix products
+    that ``fn.linearize(X)`` and one ``JᵀJ`` product (a JVP then a VJP) actually run, ``n = X.shape[1]``."""
+    with FlopCounterMode(display=False) as counter:
+        lin = fn.linearize(X)
+    assert counter.get_total_flops() == fn.flops(X.shape[1])["linearize"]
+    with FlopCounterMode(display=False) as counter:
+        lin.vjp(lin.jvp(torch.ones_like(X)))
+    assert counter.get_total_flops() == fn.flops(X.shape[1])["product"]

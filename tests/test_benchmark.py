@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 import torch
 
 from lipnb.experiments import benchmark
+from lipnb.experiments.benchmark_schema import LipschitzRecord, WorkloadRecord
 from lipnb.paper import published
 
 
@@ -41,32 +44,116 @@ def test_oracle_stop_is_the_first_step_within_rtol_of_the_target() -> None:
     assert published.paper_power_iteration(fn, x, target=4.0, max_iter=7)[1] == 7
 
 
+RECORDS = {"lipschitz-cpu": LipschitzRecord, "lipschitz-cpu-kinds": LipschitzRecord,
+           "lipschitz-cpu-gpt2": LipschitzRecord, "lipschitz-cuda": LipschitzRecord,
+           "lipschitz-cpu-workloads": WorkloadRecord}
+
+
+def _unread_keys(raw: object, parsed: object, path: str = "") -> list[str]:
+    """The JSON keys of ``raw`` that its record ``parsed`` leaves out (a typed field for every key)."""
+    if isinstance(raw, dict) and dataclasses.is_dataclass(parsed):
+        names = {f.name for f in dataclasses.fields(parsed)}
+        return [f"{path}.{k}" for k in raw if k not in names] + [
+            miss for k in raw if k in names for miss in _unread_keys(raw[k], getattr(parsed, k), f"{path}.{k}")]
+    if isinstance(raw, dict) and isinstance(parsed, dict):
+        return [miss for k in raw for miss in _unread_keys(raw[k], parsed[k], f"{path}[{k!r}]")]
+    if isinstance(raw, list) and isinstance(parsed, tuple):
+        return [miss for i, (r, p) in enumerate(zip(raw, parsed, strict=True))
+                for miss in _unread_keys(r, p, f"{path}[{i}]")]
+    assert raw == parsed, path          # a number, text or flag: as recorded
+    return []
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_every_shipped_record_parses_into_its_type(name: str) -> None:
+    """Every record shipped with lipnb loads as its typed record (by its content), every JSON key a field."""
+    record = benchmark.load_record(name)
+    assert type(record) is RECORDS[name] and record.runs
+    raw = json.loads(benchmark.record_path(name).read_text())
+    assert _unread_keys(raw, record) == []
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.date = "today"                                                # type: ignore[misc]
+
+
+def test_a_missing_field_is_a_value_error_naming_the_record_and_field() -> None:
+    """A record without one of its fields does not load half-way: the error names the record and the field,
+    as does a field of the wrong shape."""
+    raw = json.loads(benchmark.record_path("lipschitz-cpu").read_text())
+    del raw["runs"][1]["methods"]["paper"]["median_cpu_s"]
+    message = "benchmark record lipschitz-cpu.json: the field runs[1].methods['paper'].median_cpu_s is missing"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        LipschitzRecord.from_json(raw, "lipschitz-cpu.json")
+    work = json.loads(benchmark.record_path("lipschitz-cpu-workloads").read_text())
+    del work["runs"][0]["speedup_oracle"]
+    with pytest.raises(ValueError, match=r"record mine: the field runs\[0\]\.speedup_oracle is missing"):
+        WorkloadRecord.from_json(work, "mine")
+    with pytest.raises(ValueError, match="WorkloadRecord: runs should be a JSON list, not int"):
+        WorkloadRecord.from_json(work | {"runs": 3})
+
+
 def test_records_ship_with_lipnb_and_tabulate() -> None:
     """The committed records are found without the repository (package data) and tabulate one line
     per (run, method), as HTML for Jupyter and Markdown for print; the speedup is fewer FLOPs times
     faster FLOPs."""
     assert benchmark.records_dir().parent == Path(benchmark.__file__).parent
     record = benchmark.load_record("lipschitz-cpu")
-    assert record is not None
+    assert isinstance(record, LipschitzRecord)
     table = benchmark.table(record)
-    assert len(table.rows) == sum(len(row["methods"]) for row in record["runs"])
+    assert len(table.rows) == sum(len(row.methods) for row in record.runs)
     assert table._repr_html_().startswith("<table>") and str(table).startswith("| model |")
     assert all(len(line) == len(table.header) for line in table.rows)
-    row = record["runs"][0]
+    row = record.runs[0]
     ratio = benchmark.decomposition(row)        # the speedup splits exactly into its two factors
-    assert ratio["speedup"] == row["speedup"]["lipnb"]
+    assert ratio["speedup"] == row.speedup["lipnb"]
     assert ratio["speedup"] == pytest.approx(ratio["flops"] * ratio["rate"], rel=1e-9)
-    paper, ours = row["methods"]["paper"], row["methods"]["lipnb"]
-    assert benchmark.cpu_speedup(row) == paper["median_cpu_s"] / ours["median_cpu_s"]
+    paper, ours = row.methods["paper"], row.methods["lipnb"]
+    assert benchmark.cpu_speedup(row) == paper.median_cpu_s / ours.median_cpu_s
     assert benchmark.cpu_speedup(row, "paper") is None
+
+
+def test_provenance_is_one_line_of_when_where_and_with_what() -> None:
+    """The GPU record's provenance: its date, device, threads, load, versions and matrix-product peaks."""
+    gpu = benchmark.load_record("lipschitz-cuda")
+    assert isinstance(gpu, LipschitzRecord) and gpu.provenance_note
+    line = benchmark.provenance(gpu)
+    assert line.startswith(f"{gpu.date[:10]}, {gpu.device_name} (cuda, {gpu.threads} threads, load average ")
+    assert f"torch {gpu.versions.torch}, lipnb {gpu.versions.lipnb} (git {gpu.versions.git})" in line
+    assert "\n" not in line and line.endswith(" GFLOP/s") and "float32" in line
+
+
+def test_run_finds_the_run_of_a_length_and_map() -> None:
+    """``record.run(n, kind)`` is the one run at that length of that map (``"self"`` by default); none is a
+    LookupError."""
+    kinds, recorded = benchmark.load_record("lipschitz-cpu-kinds"), benchmark.load_record("lipschitz-cpu")
+    assert isinstance(kinds, LipschitzRecord) and isinstance(recorded, LipschitzRecord)
+    for row in kinds.runs:
+        assert kinds.run(row.n, row.kind) is row
+    assert [recorded.run(row.n) for row in recorded.runs] == list(recorded.runs)
+    with pytest.raises(LookupError, match="n = 32 and kind 'self'"):
+        kinds.run(32)
+
+
+def test_default_call_is_the_call_with_the_defaults() -> None:
+    """``default_call(run)``: the entry ``"default"`` where a run has one (``bench/workloads.py``), else the
+    first method that is not the paper's loop (``bench/lipschitz.py``: ``"lipnb"``)."""
+    work = benchmark.load_record("lipschitz-cpu-workloads")
+    recorded = benchmark.load_record("lipschitz-cpu")
+    assert isinstance(work, WorkloadRecord) and isinstance(recorded, LipschitzRecord)
+    assert {benchmark.default_call(row) for row in work.runs} == {"default"}
+    assert {benchmark.default_call(row) for row in recorded.runs} == {"lipnb"}
+    row = work.runs[0]
+    without = dataclasses.replace(row, methods={m: v for m, v in row.methods.items() if m != "default"})
+    assert benchmark.default_call(without) == next(m for m in without.methods if not m.startswith("paper"))
 
 
 def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``LIPNB_BENCH_DIR`` names another folder: records are read from it, missing ones are ``None``."""
+    shipped = benchmark.load_record("lipschitz-cpu-gpt2")
     monkeypatch.setenv(benchmark.ENV_VAR, str(tmp_path))
     assert benchmark.records_dir() == tmp_path and benchmark.load_record("lipschitz-cpu") is None
-    benchmark.record_path("mine").write_text(json.dumps({"runs": []}))
-    assert benchmark.load_record("mine") == {"runs": []}
+    assert shipped is not None
+    benchmark.record_path("mine").write_text(json.dumps(dataclasses.asdict(shipped)))
+    assert benchmark.load_record("mine") == shipped
     assert benchmark.relative_errors([1.1, 0.9], [1.0, 1.0]) == pytest.approx([0.1, 0.1])
 
 
@@ -75,18 +162,19 @@ def test_workload_record_ships_and_tabulates() -> None:
     (workload, call); its speedups are the paper's medians over each call's, and each call's time split
     adds up to its total."""
     record = benchmark.load_record("lipschitz-cpu-workloads")
-    assert record is not None and {row["workload"] for row in record["runs"]} >= {"chapter-10", "issue-23"}
+    assert isinstance(record, WorkloadRecord)
+    assert {row.workload for row in record.runs} >= {"chapter-10", "issue-23"}
     table = benchmark.workload_table(record)
-    assert len(table.rows) == sum(len(row["methods"]) for row in record["runs"])
-    for row in record["runs"]:
-        paper = row["methods"]["paper"]
-        oracle = row["methods"]["paper-oracle"]
+    assert len(table.rows) == sum(len(row.methods) for row in record.runs)
+    for row in record.runs:
+        paper = row.methods["paper"]
+        oracle = row.methods["paper-oracle"]
         calls = benchmark.lipnb_calls(row)
-        assert set(calls) == set(record["calls"]) and set(row["methods"]) - set(calls) == set(benchmark.PAPER_BASELINES)
+        assert set(calls) == set(record.calls) and set(row.methods) - set(calls) == set(benchmark.PAPER_BASELINES)
         for method, v in calls.items():
-            assert row["speedup"][method]["cpu"] == pytest.approx(paper["cpu"]["median"] / v["cpu"]["median"])
-            assert row["speedup_oracle"][method]["wall"] == pytest.approx(oracle["wall"]["median"]
-                                                                          / v["wall"]["median"])
-            split = v["split"]
-            parts = split["linearize_cpu_s"] + split["products_cpu_s"] + split["solver_cpu_s"]
-            assert parts == pytest.approx(split["cpu_s"])
+            assert row.speedup[method].cpu == pytest.approx(paper.cpu.median / v.cpu.median)
+            assert row.speedup_oracle[method].wall == pytest.approx(oracle.wall.median / v.wall.median)
+            split = v.split
+            assert split is not None
+            parts = split.linearize_cpu_s + split.products_cpu_s + split.solver_cpu_s
+            assert parts == pytest.approx(split.cpu_s)

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from lipnb.charlm import Attention, CharLM, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
 from lipnb.core.l2_attention import L2AttentionMap, L2Heads
 from lipnb.core.l2_bounds import theorem_3_2_two
+from lipnb.experiments.charlm import Attention, CharLM, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
 
 
 def test_l2_attention_module_matches_lipnb_on_its_first_row() -> None:

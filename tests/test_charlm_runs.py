@@ -1,4 +1,5 @@
-"""The recorded language-model experiment (lipnb.charlm_runs): its records are complete and carry their provenance."""
+"""The recorded language-model experiment (lipnb.experiments.charlm_runs): its records are complete and carry
+their provenance."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from lipnb import charlm_runs
-from lipnb.charlm_runs import KINDS, RECORDS, SETTINGS, kinds_of, load_record, record_of, run_settings, seeds_of
+from lipnb.experiments import charlm_runs
+from lipnb.experiments.charlm_runs import (
+    KINDS,
+    RECORDS,
+    SETTINGS,
+    kinds_of,
+    load_record,
+    record_of,
+    run_settings,
+    seeds_of,
+)
 
 
 @pytest.mark.parametrize("name", list(RECORDS))
@@ -100,3 +110,16 @@ def test_drift_replays_each_run_with_its_own_seed(tiny: None, tmp_path: Path) ->
     drift = json.loads(out.read_text())["replay_drift"][capability]
     assert [d > 0 for d in drift["per_run_max_abs_bpc"]] == [True, False, True] + [False] * 5
     assert drift["max_abs_bpc"] == max(drift["per_run_max_abs_bpc"])
+
+
+def test_curve_readers() -> None:
+    """``first_below``, ``rises`` and ``value_at`` on a hand-made curve (a diverged row is skipped)."""
+    curve = [{"step": 0, "train_bpc": 4.0, "valid_bpc": 4.1, "diverged": False},
+             {"step": 25, "train_bpc": 3.0, "valid_bpc": 3.2, "diverged": False},
+             {"step": 50, "train_bpc": 9.0, "valid_bpc": 1.0, "diverged": True},
+             {"step": 75, "train_bpc": 3.5, "valid_bpc": 2.9, "diverged": False}]
+    assert charlm_runs.first_below(curve, 3.0) == 75 and charlm_runs.first_below(curve, 2.0) is None
+    assert charlm_runs.rises(curve) == [(25, -1.0), (75, 0.5)]
+    assert charlm_runs.value_at(curve, 25) == 3.2 and charlm_runs.value_at(curve, 25, "train_bpc") == 3.0
+    with pytest.raises(ValueError, match="no step 50"):
+        charlm_runs.value_at(curve, 50)

@@ -18,6 +18,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 import torch
+from conftest import assert_flops_counted
 from hypothesis import given
 from torch import Tensor
 
@@ -467,16 +468,7 @@ def test_sketched_factorization_is_exact(rank: int) -> None:
 @pytest.mark.parametrize("kind", ["low-rank", "bias-outside", "concat"])
 def test_flop_formula_counts_every_matrix_product(kind: str, gen: torch.Generator) -> None:
     """The cost model ``MultiHeadMap.flops(n)`` equals torch's count of the matrix products actually run."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    fn = MultiHeadMap(make_heads(gen, kind), masked=kind == "concat")
-    X = randn(gen, 1, 7, 6)
-    with FlopCounterMode(display=False) as counter:
-        lin = fn.linearize(X)
-    assert counter.get_total_flops() == fn.flops(7)["linearize"]
-    with FlopCounterMode(display=False) as counter:
-        lin.vjp(lin.jvp(torch.ones_like(X)))
-    assert counter.get_total_flops() == fn.flops(7)["product"]
+    assert_flops_counted(MultiHeadMap(make_heads(gen, kind), masked=kind == "concat"), randn(gen, 1, 7, 6))
 
 
 def test_fill_holes_moves_only_the_tail() -> None:

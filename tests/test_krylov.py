@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import prescribed_jacobians
 from hypothesis import given
 from hypothesis import strategies as st
 
+from lipnb.core import krylov
 from lipnb.core.krylov import NormalOperator, fill_holes, lanczos, power_iteration
 
 F64 = torch.float64
@@ -106,3 +108,12 @@ def test_fill_holes_keeps_every_kept_row_once_and_moves_few(mask: list[bool]) ->
     stay = [j for j in range(size) if bool(keep[j])]
     assert all(int(perm[j]) == j for j in stay)
     assert len(holes) == len(movers) == size - len(stay)
+
+
+def test_interval_products_is_the_fewest_that_reach_eta() -> None:
+    """``interval_products``: after ``k`` products the failure ε is within the η target, after ``k - 1`` not."""
+    for delta, N, eta in ((1e-2, 128 * 384, 1e-2), (1e-6, 128 * 768, 1e-4), (0.5, 10, 0.3)):
+        k, target = krylov.interval_products(delta, N, eta), 1 - (1 + eta) ** -2
+        assert float(krylov.failure_epsilon(delta, N, k)) <= target < float(krylov.failure_epsilon(delta, N, k - 1))
+    with pytest.raises(ValueError, match="delta"):
+        krylov.interval_products(0.0, 10, 0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import assert_flops_counted
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 from lipnb import models
@@ -168,13 +169,5 @@ def test_bad_arguments(model: torch.nn.Module) -> None:
 
 def test_rotary_flop_formula_counts_every_matrix_product(model: torch.nn.Module) -> None:
     """``RotaryAttentionMap.flops(n)`` equals torch's count of the matrix products its closed form runs."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    fn = llama.attention_map(model, 1)
     X = torch.randn(1, 7, model.config.hidden_size, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    with FlopCounterMode(display=False) as counter:
-        lin = fn.linearize(X)
-    assert counter.get_total_flops() == fn.flops(7)["linearize"]
-    with FlopCounterMode(display=False) as counter:
-        lin.vjp(lin.jvp(torch.ones_like(X)))
-    assert counter.get_total_flops() == fn.flops(7)["product"]
+    assert_flops_counted(llama.attention_map(model, 1), X)

@@ -1,4 +1,5 @@
-"""Interpolated Kneser-Ney (:mod:`lipnb.ngram`) against probabilities worked out by hand, and its invariants."""
+"""Interpolated Kneser-Ney (:mod:`lipnb.experiments.ngram`) against probabilities worked out by hand, and its
+invariants."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import math
 import pytest
 import torch
 
-from lipnb.charlm import ngram_bits_per_char
-from lipnb.ngram import kneser_ney_bits_per_char, kneser_ney_probabilities
+from lipnb.experiments.charlm import ngram_bits_per_char
+from lipnb.experiments.ngram import kneser_ney_bits_per_char, kneser_ney_probabilities
 
 A, B, C = 0, 1, 2
 TRAIN = torch.tensor([A, B, A, B, B])   # "ababb", alphabet {a, b, c}

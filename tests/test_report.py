@@ -72,7 +72,7 @@ def test_equal_and_bad_input() -> None:
     assert check.equal("three clusters", 3, 3) == 1.0
     with pytest.raises(AssertionError):
         check.equal("three clusters", 2, 3)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(AssertionError, match=r"check failed: FAILS: nan \| value holds NaN"):
         check.below("nan", float("nan"), 1.0)
     with pytest.raises(ValueError, match="claim"):
         check.below("", 1.0, 2.0)
@@ -344,3 +344,16 @@ def test_two_panel_titles_that_touch_read_as_one() -> None:
     fig.tight_layout()
     defects = report.figure_defects(fig)
     assert any(d.startswith("axes 1 ('rescaled") and "and axes 2 ('rescaled" in d for d in defects), defects
+
+
+def test_frame_table_flattens_index_and_columns() -> None:
+    """``frame_table``: a named index becomes leading columns, a range index does not, two-level columns are
+    joined, float columns take ``fmt``; anything but a DataFrame is refused."""
+    frame = pd.DataFrame({("Lip", "alice"): [1.23456, 2.0], ("n", ""): [8, 16]}, index=pd.Index([0, 1], name="layer"))
+    table = report.frame_table(frame, "constants per layer", ".2f")
+    assert table.to_html().startswith("<table><caption>constants per layer</caption>")
+    assert "<th>layer</th><th>Lip, alice</th><th>n</th>" in table.to_html() and "<td>1.23</td>" in table.to_html()
+    plain = report.frame_table(pd.DataFrame({"a": [0.5]}), "one column")
+    assert "<th>a</th></tr>" in plain.to_html() and "index" not in plain.to_html()
+    with pytest.raises(TypeError, match="DataFrame"):
+        report.frame_table([{"a": 1}], "rows")

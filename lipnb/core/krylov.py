@@ -21,6 +21,7 @@ __all__ = [
     "batched_dot",
     "failure_epsilon",
     "fill_holes",
+    "interval_products",
     "lanczos",
     "normalize",
     "norms",
@@ -171,6 +172,16 @@ def failure_epsilon(delta: float, N: int, k: Tensor | int, method: str = "lanczo
         log_keep = math.log(delta / (KW_POWER * math.sqrt(N))) / (k - 0.5).clamp_min(0.5)
         eps = 1 - log_keep.clamp_max(0).exp()
     return torch.where(k >= 1, eps, torch.ones_like(eps)).clamp(0, 1)
+
+
+def interval_products(delta: float, N: int, eta: float) -> int:
+    """The fewest Lanczos products after which :func:`failure_epsilon` (at ``delta``, on ``R^N``) brings the
+    interval's upper end within a relative ``eta`` of the value: ``ε ≤ 1 - (1 + η)^-2``, i.e.
+    ``k ≥ (1 + ln(1.648 √N / δ) / √ε) / 2``."""
+    if not (0 < delta < 1 and eta > 0 and N >= 1):
+        raise ValueError(f"interval_products: need 0 < delta < 1, eta > 0, N >= 1; got {delta}, {eta}, {N}")
+    eps = 1 - (1 + eta) ** -2
+    return math.ceil((1 + math.log(KW_LANCZOS * math.sqrt(N) / delta) / math.sqrt(eps)) / 2)
 
 
 def _stops(res: Tensor, error: Tensor, tol: float | None, rtol: float | None) -> Tensor:

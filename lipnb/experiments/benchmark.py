@@ -1,10 +1,11 @@
 """Benchmarks of :func:`lipnb.local_lipschitz` against the paper's method (App. E.1, the loop as intended is
-:func:`lipnb.paper.published.paper_power_iteration`): the recorded runs (where they live, how to read them,
-how to tabulate them).
+:func:`lipnb.paper.published.paper_power_iteration`): the recorded runs (where they live, how to read them as
+typed records, how to tabulate them).
 
-``bench/lipschitz.py`` (in the repository) writes one JSON record per run. The records committed with
-lipnb ship inside the package (``lipnb/experiments/benchmark_records/``), so they are found after any install;
-the environment variable ``LIPNB_BENCH_DIR`` names another folder to read and write instead.
+``bench/lipschitz.py`` and ``bench/workloads.py`` (in the repository) write one JSON record per run. The records
+committed with lipnb ship inside the package (``lipnb/experiments/benchmark_records/``), so they are found after
+any install; the environment variable ``LIPNB_BENCH_DIR`` names another folder to read and write instead.
+:func:`load_record` reads one as a typed record of :mod:`lipnb.experiments.benchmark_schema`.
 """
 
 from __future__ import annotations
@@ -12,23 +13,22 @@ from __future__ import annotations
 import html
 import json
 import os
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from .benchmark_schema import (
+    CallResult,
+    LipschitzRecord,
+    LipschitzRun,
+    Speedup,
+    WorkloadRecord,
+    WorkloadRun,
+)
+
 __all__ = [
-    "ENV_VAR",
-    "METHOD_LABELS",
-    "PAPER_BASELINES",
-    "Table",
-    "cpu_speedup",
-    "decomposition",
-    "lipnb_calls",
-    "load_record",
-    "provenance",
-    "record_path",
-    "records_dir",
-    "relative_errors",
-    "table",
+    "ENV_VAR", "METHOD_LABELS", "PAPER_BASELINES", "Table", "cpu_speedup", "decomposition", "default_call",
+    "lipnb_calls", "load_record", "provenance", "record_path", "records_dir", "relative_errors", "table",
     "workload_table",
 ]
 
@@ -43,11 +43,6 @@ METHOD_LABELS = {"paper": "paper (App. E.1)", "lipnb": "lipnb", "lipnb-f32": "li
 PAPER_BASELINES = ("paper", "paper-oracle")
 
 
-def lipnb_calls(row: dict) -> dict[str, dict]:
-    """The ``local_lipschitz`` calls of one run of ``bench/workloads.py``'s record (all but the paper's loops)."""
-    return {method: entry for method, entry in row["methods"].items() if method not in PAPER_BASELINES}
-
-
 def records_dir() -> Path:
     """The folder of benchmark records: ``$LIPNB_BENCH_DIR`` when set, else the records shipped with lipnb."""
     folder = os.environ.get(ENV_VAR)
@@ -59,44 +54,62 @@ def record_path(name: str) -> Path:
     return records_dir() / f"{name}.json"
 
 
-def load_record(name: str | Path) -> dict | None:
-    """A recorded benchmark by name (or path), or ``None`` when it was never recorded."""
+def load_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | None:
+    """A recorded benchmark by name (or path), or ``None`` when it was never recorded: a :class:`WorkloadRecord`
+    when it lists the ``calls`` it timed (``bench/workloads.py``), else a :class:`LipschitzRecord`."""
     path = Path(name) if isinstance(name, Path) else record_path(name)
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    data = json.loads(path.read_text())
+    kind = WorkloadRecord if isinstance(data, dict) and "calls" in data else LipschitzRecord
+    return kind.from_json(data, path.name)
 
 
-def relative_errors(values: list[float], ref: list[float]) -> list[float]:
+def relative_errors(values: typing.Sequence[float], ref: typing.Sequence[float]) -> list[float]:
     """``|v - r| / r`` for each estimate ``v`` and reference ``r``."""
     return [abs(v - r) / r for v, r in zip(values, ref, strict=True)]
 
 
-def provenance(record: dict) -> str:
+def default_call(run: LipschitzRun | WorkloadRun) -> str:
+    """The run's entry for ``local_lipschitz(f, X)`` with its defaults: ``"default"`` where the run has one,
+    else its first method that is not one of the paper's loops."""
+    if "default" in run.methods:
+        return "default"
+    return next(method for method in run.methods if not method.startswith("paper"))
+
+
+def lipnb_calls(run: WorkloadRun) -> dict[str, CallResult]:
+    """The ``local_lipschitz`` calls of one run of ``bench/workloads.py``'s record (all but the paper's loops)."""
+    return {method: entry for method, entry in run.methods.items() if method not in PAPER_BASELINES}
+
+
+def provenance(record: LipschitzRecord) -> str:
     """One line: when, where and with what the benchmark ran."""
-    versions = record["versions"]
-    return (f"{record['date'][:10]}, {record['device_name']} ({record['device']}, {record['threads']} threads, "
-            f"load average {record['load_average']['start'][0]}), torch {versions['torch']}, lipnb "
-            f"{versions['lipnb']} (git {versions['git']}), matrix-product peaks "
-            + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in record["peak_flops_by_dtype"].items())
+    versions = record.versions
+    return (f"{record.date[:10]}, {record.device_name} ({record.device}, {record.threads} threads, "
+            f"load average {record.load_average.start[0]}), torch {versions.torch}, lipnb "
+            f"{versions.lipnb} (git {versions.git}), matrix-product peaks "
+            + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in record.peak_flops_by_dtype.items())
             + " GFLOP/s")
 
 
-def cpu_speedup(row: dict, method: str = "lipnb") -> float | None:
+def cpu_speedup(run: LipschitzRun, method: str = "lipnb") -> float | None:
     """The paper's median CPU time over ``method``'s: the speedup less sensitive to a shared machine's
     stolen time (both methods run on the same threads), ``None`` without the paper's method."""
-    if "paper" not in row["methods"] or method == "paper":
+    if "paper" not in run.methods or method == "paper":
         return None
-    return row["methods"]["paper"]["median_cpu_s"] / row["methods"][method]["median_cpu_s"]
+    return run.methods["paper"].median_cpu_s / run.methods[method].median_cpu_s
 
 
-def decomposition(row: dict, method: str = "lipnb") -> dict[str, float]:
+def decomposition(run: LipschitzRun, method: str = "lipnb") -> dict[str, float]:
     """The speedup of ``method`` over the paper's loop as (FLOPs per estimate ratio) x (FLOP rate ratio)."""
-    paper, ours = row["methods"]["paper"], row["methods"][method]
-    steps_ours = ours["mean_iterations"] + ours.get("mean_presolve_iterations", 0)
-    flops_paper = paper["flops_per_product"] * paper["mean_iterations"]
-    flops_ours = ours["flops_per_product"] * steps_ours + ours["flops_linearize"]
-    return {"speedup": row["speedup"][method], "flops_per_step": paper["flops_per_product"] / ours["flops_per_product"],
-            "steps": paper["mean_iterations"] / steps_ours, "flops": flops_paper / flops_ours,
-            "rate": ours["achieved_flops"] / paper["achieved_flops"]}
+    paper, ours = run.methods["paper"], run.methods[method]
+    steps_ours = ours.mean_iterations + ours.mean_presolve_iterations
+    flops_paper = paper.flops_per_product * paper.mean_iterations
+    flops_ours = ours.flops_per_product * steps_ours + ours.flops_linearize
+    return {"speedup": run.speedup[method], "flops_per_step": paper.flops_per_product / ours.flops_per_product,
+            "steps": paper.mean_iterations / steps_ours, "flops": flops_paper / flops_ours,
+            "rate": ours.achieved_flops / paper.achieved_flops}
 
 
 @dataclass(frozen=True, repr=False)
@@ -116,28 +129,35 @@ class Table:
         return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
-def table(record: dict) -> Table:
+def _steps(mean: float, presolved: float | None) -> str:
+    """Mean products per estimate, with the bfloat16 presolve's in parentheses when there were any."""
+    return f"{mean:.1f}" + (f" (+ {presolved:.1f})" if presolved else "")
+
+
+def table(record: LipschitzRecord) -> Table:
     """The benchmark, one line per (model, kind, n, method)."""
     header = ["model", "kind", "n", "inputs", "method", "ms / estimate", "speedup (CPU time)",
               "JᵀJ products / estimate (+ bfloat16)", "MFLOP / product", "GFLOP/s (% of peak)",
               "peak MiB / input", "max rel. error", "converged"]
     rows = []
-    for row in record["runs"]:
-        for method, v in row["methods"].items():
-            speedup, cpu = row["speedup"].get(method), cpu_speedup(row, method)
-            presolved = v.get("mean_presolve_iterations", 0)
-            rows.append([f"{row['model']} L{row['layer']}", row["kind"], str(row["n"]), str(row["batch"]),
-                         METHOD_LABELS[method], f"{v['per_input_s'] * 1e3:.1f}",
+    for run in record.runs:
+        for method, v in run.methods.items():
+            speedup, cpu = run.speedup.get(method), cpu_speedup(run, method)
+            rows.append([f"{run.model} L{run.layer}", run.kind, str(run.n), str(run.batch),
+                         METHOD_LABELS[method], f"{v.per_input_s * 1e3:.1f}",
                          "" if speedup is None else f"{speedup:.1f}x ({cpu:.1f}x)",
-                         f"{v['mean_iterations']:.1f}" + (f" (+ {presolved:.1f})" if presolved else ""),
-                         f"{v['flops_per_product'] / 1e6:.0f}",
-                         f"{v['achieved_flops'] / 1e9:.1f} ({100 * v['fraction_of_peak']:.0f}%)",
-                         f"{v['peak_MiB'] / row['batch']:.1f}", f"{v['max_rel_error']:.1e}",
-                         f"{v['converged']}/{row['batch']}"])
+                         _steps(v.mean_iterations, v.mean_presolve_iterations),
+                         f"{v.flops_per_product / 1e6:.0f}",
+                         f"{v.achieved_flops / 1e9:.1f} ({100 * v.fraction_of_peak:.0f}%)",
+                         f"{v.peak_MiB / run.batch:.1f}", f"{v.max_rel_error:.1e}", f"{v.converged}/{run.batch}"])
     return Table(header, rows)
 
 
-def workload_table(record: dict) -> Table:
+def _ratio(speedup: Speedup | None) -> str:
+    return "" if speedup is None else f"{speedup.wall:.1f}x ({speedup.cpu:.1f}x)"
+
+
+def workload_table(record: WorkloadRecord) -> Table:
     """``bench/workloads.py``'s record, one line per (workload, call): median seconds [range] and speedups
     over the paper's loop (as published, and stopped by the oracle at 1e-4) in wall and CPU time, products per
     input and the time split (CPU)."""
@@ -145,21 +165,16 @@ def workload_table(record: dict) -> Table:
               "against the oracle-stopped loop", "first call (cold)", "products / input (+ bfloat16)",
               "linearise / products / solver (CPU)", "max rel. error"]
     rows = []
-    for row in record["runs"]:
-        for method, v in row["methods"].items():
-            speedup, oracle = row["speedup"].get(method), row["speedup_oracle"].get(method)
-            cold = row["speedup_cold"].get(method)
-            split = v.get("split")
-            steps = f"{v['mean_iterations']:.1f}" + (f" (+ {v['mean_presolve_iterations']:.1f})"
-                                                     if v.get("mean_presolve_iterations") else "")
-            rows.append([f"{row['workload']}: {row['model']} L{row['layer']}, n = {row['n']}, {row['batch']} inputs",
-                         str(row["threads"]), method,
-                         f"{v['wall']['median']:.2f} [{v['wall']['min']:.2f}-{v['wall']['max']:.2f}]",
-                         f"{v['cpu']['median']:.2f} [{v['cpu']['min']:.2f}-{v['cpu']['max']:.2f}]",
-                         "" if speedup is None else f"{speedup['wall']:.1f}x ({speedup['cpu']:.1f}x)",
-                         "" if oracle is None else f"{oracle['wall']:.1f}x ({oracle['cpu']:.1f}x)",
-                         "" if cold is None else f"{cold['wall']:.1f}x ({cold['cpu']:.1f}x)", steps,
-                         "" if split is None else " / ".join(f"{split[f'{part}_cpu_s'] / split['cpu_s']:.0%}"
-                                                              for part in ("linearize", "products", "solver")),
-                         f"{v['max_rel_error']:.1e}"])
+    for run in record.runs:
+        for method, v in run.methods.items():
+            split = v.split
+            rows.append([f"{run.workload}: {run.model} L{run.layer}, n = {run.n}, {run.batch} inputs",
+                         str(run.threads), method,
+                         f"{v.wall.median:.2f} [{v.wall.min:.2f}-{v.wall.max:.2f}]",
+                         f"{v.cpu.median:.2f} [{v.cpu.min:.2f}-{v.cpu.max:.2f}]",
+                         _ratio(run.speedup.get(method)), _ratio(run.speedup_oracle.get(method)),
+                         _ratio(run.speedup_cold.get(method)), _steps(v.mean_iterations, v.mean_presolve_iterations),
+                         "" if split is None else " / ".join(f"{part / split.cpu_s:.0%}" for part in (
+                             split.linearize_cpu_s, split.products_cpu_s, split.solver_cpu_s)),
+                         f"{v.max_rel_error:.1e}"])
     return Table(header, rows)

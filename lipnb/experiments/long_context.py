@@ -35,10 +35,10 @@ from torch import Tensor
 
 from .. import __version__, data, models
 from ..arguments import check_choice, check_positive_int
-from ..charlm_runs import cpu_name, git_state, write_record
 from ..core.lipschitz import local_lipschitz
 from ..models.quantization import BLOCK
 from ..results import cached_table
+from .charlm_runs import cpu_name, git_state, write_record
 from .real_text import token_radius
 
 __all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "MODEL", "RECORD", "RECORDS", "WINDOWS",

@@ -1,7 +1,7 @@
 """Character-level language models with dot-product, L2 and contractive L2 attention (Kim et al., 2021, Sec. 5).
 
 The paper trained character-level Transformers on Penn Treebank; the book trains them on AG_NEWS's text
-(:mod:`lipnb.charlm_runs`). Every model has the same size: pre-LayerNorm blocks ``x + MHA(LN x)``,
+(:mod:`lipnb.experiments.charlm_runs`). Every model has the same size: pre-LayerNorm blocks ``x + MHA(LN x)``,
 ``x + MLP(LN x)``, causal masks; only the attention changes. ``"l2"`` is tied L2 attention (Sec. 3),
 ``"l2-contractive"`` divides its output by the 2-norm bound of Theorem 3.2 (sharpened) when it exceeds 1,
 so that every attention branch is 1-Lipschitz in the unmasked case.
@@ -17,8 +17,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from .arguments import check_positive_int
-from .core.l2_bounds import phi_inverse
+from ..arguments import check_positive_int
+from ..core.l2_bounds import phi_inverse
 
 __all__ = [
     "Attention",

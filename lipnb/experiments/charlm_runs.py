@@ -2,8 +2,8 @@
 contractive L2 character Transformers trained on AG_NEWS's text at several depths, with a fixed Adam
 learning rate.
 
-``python -m lipnb.charlm_runs --record NAME`` trains every run of one record once (single-threaded, CPU)
-and writes it as JSON, with the curves and their provenance, into ``lipnb/charlm_records/``; the records
+``python -m lipnb.experiments.charlm_runs --record NAME`` trains every run of one record once (single-threaded, CPU)
+and writes it as JSON, with the curves and their provenance, into ``lipnb/experiments/charlm_records/``; the records
 ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4), ``agnews-deep`` (depths 8 and 12,
 fewer steps, trained later) and ``agnews-depth`` (dot-product and tied L2 only, depths 16 and 24, three seeds
 each, fewer steps again: Kim et al.'s claim that dot-product attention fails beyond ten layers). A chapter
@@ -19,21 +19,23 @@ import platform
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from . import __version__
+from .. import __version__
+from ..data import ag_news_texts
 from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
-from .data import ag_news_texts
 
-__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "git_state", "kinds_of",
-           "load_record", "main", "record_of", "record_path", "replay", "run_settings", "seeds_of", "write_record"]
+__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "first_below", "git_state",
+           "kinds_of", "load_record", "main", "record_of", "record_path", "replay", "rises", "run_settings",
+           "seeds_of", "value_at", "write_record"]
 
 KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
 RECORD = "agnews"
@@ -54,7 +56,8 @@ SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32,
 @lru_cache(maxsize=1)
 def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
     """AG_NEWS's 7,600 test articles joined by newlines, as character ids: training split, validation split
-    (the last tenth) and the alphabet (:func:`lipnb.charlm.char_corpus`); cached, so treat it as read-only."""
+    (the last tenth) and the alphabet (:func:`lipnb.experiments.charlm.char_corpus`); cached, so treat it as
+    read-only."""
     return char_corpus("\n".join(ag_news_texts()))
 
 
@@ -96,13 +99,13 @@ def load_record(name: str = RECORD) -> dict:
     path = record_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"no language-model record at {path}; "
-                                f"run `python -m lipnb.charlm_runs --record {name}`")
+                                f"run `python -m lipnb.experiments.charlm_runs --record {name}`")
     return json.loads(path.read_text())
 
 
 def replay(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
     """The first ``steps`` steps of the recorded run (``kind``, ``depth``, ``seed``), re-run here with its settings
-    (with ``divisors``, also every block's attention divisor: :func:`lipnb.charlm.train_char_lm`)."""
+    (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`)."""
     train, valid, alphabet = agnews_corpus()
     config = replace(run_settings(depth, seed), steps=steps)
     return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
@@ -142,6 +145,27 @@ def write_record(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
+def first_below(curve: Sequence[Mapping[str, Any]], level: float) -> int | None:
+    """The first logged step of a recorded curve whose validation bits/char is below ``level`` (``None``: never,
+    a diverged row never counts)."""
+    return next((row["step"] for row in curve if not row["diverged"] and row["valid_bpc"] < level), None)
+
+
+def rises(curve: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """``(step, rise)`` for every logged row of a curve after the first: its training bits/char minus the lowest
+    logged before it (a spike is a large rise; diverged rows are left out)."""
+    logged = [(row["step"], row["train_bpc"]) for row in curve if not row["diverged"]]
+    return [(step, value - min(v for _, v in logged[:i])) for i, (step, value) in enumerate(logged) if i > 0]
+
+
+def value_at(curve: Sequence[Mapping[str, Any]], step: int, column: str = "valid_bpc") -> float:
+    """The ``column`` (validation bits/char by default) a recorded curve logged at ``step``."""
+    for row in curve:
+        if row["step"] == step and not row["diverged"]:
+            return row[column]
+    raise ValueError(f"the curve logged no step {step} (logged: {[row['step'] for row in curve]})")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": 1,
         "experiment": "char LMs on AG_NEWS text: dot-product, L2, contractive L2 attention (Kim et al. Sec. 5.3)",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python -m lipnb.charlm_runs " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m lipnb.experiments.charlm_runs " + " ".join(argv if argv is not None else sys.argv[1:]),
         "settings": {"config": asdict(replace(SETTINGS["config"], steps=spec["steps"])), "depths": list(spec["depths"]),
                      "kinds": list(kinds_of(args.record)), "seeds": list(seeds_of(args.record)),
                      "log_every": SETTINGS["log_every"],

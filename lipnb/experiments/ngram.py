@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .arguments import check_positive_int
+from ..arguments import check_positive_int
 
 __all__ = ["kneser_ney_bits_per_char", "kneser_ney_probabilities"]
 
