@@ -9,13 +9,14 @@ import torch
 
 from lipnb import exact_local_lipschitz
 from lipnb.core.l2_attention import L2AttentionMap, random_l2_heads
-from lipnb.core.l2_bounds import exact_local_lipschitz_inf, phi_inverse
+from lipnb.core.l2_bounds import exact_local_lipschitz_inf, phi_inverse, theorem_3_2_two, theorem_3_2_two_as_printed
 from lipnb.experiments.l2_tightness import (
     fitted_rates,
     identity_head,
     jacobian_norm,
     maximize_l2_lipschitz,
     proof_start,
+    query_scaled,
 )
 from lipnb.results import ResultTable
 
@@ -59,3 +60,16 @@ def test_fitted_rates_recover_a_planted_law() -> None:
     assert math.isclose(rates.loc["inf-norm", "lambert_slope"], 3, rel_tol=1e-9)
     assert math.isclose(rates.loc["2-norm", "power_exponent"], 0.5, rel_tol=1e-9)
     assert math.isclose(rates.loc["2-norm", "bound_exponent"], 1.0, rel_tol=1e-9)
+
+
+def test_query_scaled_scales_as_the_chapter_says() -> None:
+    """``query_scaled``: at ``s = 1`` the dense constant and both bounds of the unscaled head; with ``W^Q`` scaled
+    by ``s`` on ``X / s``, the constant grows as ``s²``, the printed bound as ``s``, the corrected one as ``s²``."""
+    heads = random_l2_heads(4, 1, seed=0)
+    X = torch.randn(8, 4, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    lip, printed, corrected = query_scaled(heads, X, 1.0)
+    assert lip == pytest.approx(float(exact_local_lipschitz(L2AttentionMap(heads), X).max()), rel=1e-12)
+    assert printed == pytest.approx(float(theorem_3_2_two_as_printed(heads, 4)), rel=1e-12)
+    assert corrected == pytest.approx(float(theorem_3_2_two(heads, 4, sharpened=True)), rel=1e-12)
+    lip3, printed3, corrected3 = query_scaled(heads, X, 3.0)
+    assert (lip3 / lip, printed3 / printed, corrected3 / corrected) == pytest.approx((9.0, 3.0, 9.0), rel=1e-9)

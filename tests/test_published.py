@@ -18,6 +18,7 @@ from lipnb.paper.paper_settings import (
 from lipnb.paper.published import (
     first_step_stop_probability,
     published_A,
+    published_A_cosines,
     published_closed_form,
     published_estimator,
     published_run,
@@ -97,6 +98,17 @@ def test_gpt2_published_A_is_unrelated_to_the_module_scores(gpt2: torch.nn.Modul
     torch.testing.assert_close(X[0] @ true.T @ X[0].T, bias_free, rtol=1e-4, atol=1e-4)
     wrong = published_A(gpt2, 3, h)
     assert abs(F.cosine_similarity(wrong.flatten(), true.flatten(), 0).item()) < 0.05
+
+
+def test_published_A_cosines(minilm: torch.nn.Module, gpt2: torch.nn.Module) -> None:
+    """One cosine per layer and head: 1 for BERT (``compute_A`` is right there), near 0 for GPT-2, and the
+    entry of layer 3, head 2 is the cosine computed above by hand."""
+    bert = published_A_cosines(minilm)
+    assert bert.shape == (6, 12) and float((bert - 1).abs().max()) < 1e-5
+    cos = published_A_cosines(gpt2)
+    assert cos.shape == (12, 12) and float(cos.abs().max()) < 0.1
+    true, wrong = models.head_matrices(gpt2, 3).A[2], published_A(gpt2, 3, 2)
+    assert cos[3, 2].item() == pytest.approx(F.cosine_similarity(wrong.flatten(), true.flatten(), 0).item(), abs=1e-6)
 
 
 def test_published_run_stops_each_input_at_its_first_step_within_the_threshold() -> None:

@@ -18,12 +18,12 @@ from ..core.bounds import theorem_3_3
 from ..core.dense import exact_local_lipschitz, jacobian_matrix
 from ..core.inputs import ball_tokens, gradient_ascent, maximize_local_lipschitz, quadratic_growth_input
 from ..core.l2_attention import L2AttentionMap, L2Heads, l2_attention
-from ..core.l2_bounds import phi_inverse, theorem_3_2_inf, theorem_3_2_two
+from ..core.l2_bounds import phi_inverse, theorem_3_2_inf, theorem_3_2_two, theorem_3_2_two_as_printed
 from ..results import ResultTable, cached_table, progress
 from .stats import fit_line
 
 __all__ = ["Norm", "dot_and_l2_sweep", "fitted_rates", "identity_head", "jacobian_norm", "maximize_l2_lipschitz",
-           "proof_start", "tightness_sweep"]
+           "proof_start", "query_scaled", "tightness_sweep"]
 
 Norm = Literal["2", "inf"]
 
@@ -39,6 +39,15 @@ def jacobian_norm(heads: L2Heads, X: Tensor, norm: Norm) -> Tensor:
     if norm == "2":
         return torch.linalg.matrix_norm(J, ord=2)
     return J.abs().sum(-1).amax(-1)
+
+
+def query_scaled(heads: L2Heads, X: Tensor, s: float) -> tuple[float, float, float]:
+    """With ``W^Q`` scaled by ``s`` and the inputs ``X / s`` (the same queries): the largest dense 2-norm local
+    constant, Theorem 3.2's 2-norm bound as Kim et al. print it, and corrected (``c = 2√2``)."""
+    scaled = L2Heads(Q=s * heads.Q, V=heads.V, W=heads.W)
+    N = X.shape[1]
+    return (float(exact_local_lipschitz(L2AttentionMap(scaled), X / s).max()),
+            float(theorem_3_2_two_as_printed(scaled, N)), float(theorem_3_2_two(scaled, N, sharpened=True)))
 
 
 def proof_start(heads: L2Heads, batch: int, N: int, *, seed: int = 0) -> Tensor:

@@ -22,10 +22,12 @@ from scipy.special import betainc
 from torch import Tensor, nn
 from transformers import BertModel, GPT2Model
 
+from ..models.maps import head_matrices, num_layers
 from .paper_numbers import PUBLISHED, value
 
 __all__ = ["PAPER_MAX_ITER", "PAPER_TOL", "SCRIPT_SETTINGS", "PublishedRun", "first_step_stop_probability",
-           "paper_power_iteration", "published_A", "published_closed_form", "published_estimator", "published_run"]
+           "paper_power_iteration", "published_A", "published_A_cosines", "published_closed_form",
+           "published_estimator", "published_run"]
 
 Map = Callable[[Tensor], Tensor]
 
@@ -166,3 +168,12 @@ def published_A(model: nn.Module, layer: int, head: int) -> Tensor:
     else:
         raise TypeError(f"expected a BertModel or GPT2Model; got {type(model).__name__}")
     return K.T @ Q / math.sqrt(k)
+
+
+def published_A_cosines(model: nn.Module) -> Tensor:
+    """The cosine between :func:`published_A` and the head's true ``A_h`` (:func:`lipnb.models.head_matrices`),
+    as flattened matrices, for every layer and head: ``(layers, heads)``."""
+    heads = model.config.num_attention_heads
+    return torch.tensor([[torch.nn.functional.cosine_similarity(
+        published_A(model, layer, head).flatten(), head_matrices(model, layer).A[head].flatten(), 0,
+    ).item() for head in range(heads)] for layer in range(num_layers(model))])
