@@ -33,7 +33,9 @@ def test_training_lowers_the_loss_below_uniform() -> None:
     text = "abcabcabd " * 300
     train, valid, alphabet = char_corpus(text)
     config = CharLMConfig(d=16, heads=2, depth=1, context=8, batch=16, steps=60, lr=1e-2)
+    state = torch.random.get_rng_state()
     rows = train_char_lm(train, valid, len(alphabet), config, "l2", log_every=20)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the caller's random state is left as it was
     assert not rows[-1]["diverged"]
     assert rows[-1]["valid_bpc"] < 0.5 * math.log2(len(alphabet))
 

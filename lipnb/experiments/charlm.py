@@ -169,6 +169,15 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
     (finite numbers only, so that the cached CSV keeps numeric columns).
     """
     device = device or torch.device("cpu")
+    # the model's initialisation draws from torch's global generator: seeded here, the caller's state kept
+    cuda = [torch.cuda.current_device() if device.index is None else device.index] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        return _train(train, valid, vocab, config, kind, device, log_every, divisors)
+
+
+def _train(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig, kind: Kind, device: torch.device,
+           log_every: int, divisors: bool) -> list[dict]:
+    """:func:`train_char_lm`'s loop, run inside a fork of torch's random state."""
     torch.manual_seed(config.seed)
     g = torch.Generator().manual_seed(config.seed)
     model = CharLM(vocab, config, kind).to(device)
