@@ -10,8 +10,8 @@ is copied here: the chapters are the catchers.
 
 The edit replaces every alias of the original in ``lipnb``'s modules (``from .bounds import theorem_3_3``
 binds a second name), after importing every module of the package so that none binds the edited version;
-the process's torch state (threads, default dtype, random generators) and ``lipnb``'s in-memory caches are
-restored afterwards.
+afterwards the process's torch state (threads, default dtype, random generators) is restored and ``lipnb``'s
+in-memory caches are emptied.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def run_chapter(name: str) -> None:
 @contextlib.contextmanager
 def isolated(monkeypatch: pytest.MonkeyPatch, cache: Path) -> Iterator[None]:
     """An empty results cache and the Agg backend; afterwards every patch undone, and the process's torch,
-    numpy and random state and lipnb's in-memory caches as they were before the chapter ran."""
+    numpy and random state as they were before the chapter ran, and lipnb's in-memory caches emptied (they may
+    hold values computed under the mutation)."""
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(cache))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     threads, dtype = torch.get_num_threads(), torch.get_default_dtype()

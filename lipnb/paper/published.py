@@ -173,7 +173,10 @@ def published_A(model: nn.Module, layer: int, head: int) -> Tensor:
 def published_A_cosines(model: nn.Module) -> Tensor:
     """The cosine between :func:`published_A` and the head's true ``A_h`` (:func:`lipnb.models.head_matrices`),
     as flattened matrices, for every layer and head: ``(layers, heads)``."""
-    heads = model.config.num_attention_heads
-    return torch.tensor([[torch.nn.functional.cosine_similarity(
-        published_A(model, layer, head).flatten(), head_matrices(model, layer).A[head].flatten(), 0,
-    ).item() for head in range(heads)] for layer in range(num_layers(model))])
+    rows = []
+    for layer in range(num_layers(model)):
+        true = head_matrices(model, layer).A                       # every head of the layer, factored once
+        rows.append([torch.nn.functional.cosine_similarity(published_A(model, layer, head).flatten(),
+                                                            true[head].flatten(), 0).item()
+                     for head in range(len(true))])
+    return torch.tensor(rows)
