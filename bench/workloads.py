@@ -91,9 +91,9 @@ class Split:
         self.products = 0
 
     def _wrap(self, part: str, fn: Callable) -> Callable:
-        def timed_call(*args: object) -> object:
+        def timed_call(*args: object, **kwargs: object) -> object:
             wall, cpu = time.perf_counter(), time.process_time()
-            out = fn(*args)
+            out = fn(*args, **kwargs)
             self.totals[part][0] += time.perf_counter() - wall
             self.totals[part][1] += time.process_time() - cpu
             if part == "products":

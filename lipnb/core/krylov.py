@@ -56,9 +56,9 @@ class NormalOperator:
     until then finished inputs get zero vectors, which change nothing.
     """
 
-    def __init__(self, lin: Linearized, shrink_ratio: float, scale: Tensor | None = None) -> None:
-        self.lin = lin
-        self.dtype = lin.output.dtype
+    def __init__(self, lin: Linearized, shrink_ratio: float, scale: Tensor | None = None,
+                 low: Linearized | None = None) -> None:
+        self.lin, self.low = lin, low
         self.rows = torch.arange(len(lin.output), device=lin.output.device)
         self.origin, self.total = self.rows.clone(), len(self.rows)
         self.size = len(self.rows)
@@ -71,24 +71,27 @@ class NormalOperator:
         self.scale = torch.ones(self.total, dtype=torch.float64, device=Ju.device)
         self.scale[self.origin] = torch.exp2(exponent.clamp(-1000, 1000))
 
-    def __call__(self, u: Tensor) -> Tensor:
-        """``c² JᵀJ u`` in the linearization's dtype, returned in ``u``'s. A strided ``u`` (a row of the Lanczos
-        basis) is made contiguous first: matrix products fold a contiguous ``(B, n, d)`` into one large
-        matrix product and a strided one into a batched product, which cost more than the copy here."""
+    def __call__(self, u: Tensor, low: bool = False) -> Tensor:
+        """``c² JᵀJ u`` in the linearization's dtype (in the twin ``low``'s when ``low``), returned in ``u``'s. A
+        strided ``u`` (a row of the Lanczos basis) is made contiguous first: matrix products fold a contiguous
+        ``(B, n, d)`` into one large matrix product and a strided one into a batched product, which cost more
+        than the copy here."""
+        lin = self.low if low else self.lin
+        dtype = lin.output.dtype
         full = len(self.rows) == self.size
         if full:
-            x = u.to(self.dtype).contiguous()
+            x = u.to(dtype).contiguous()
         else:
-            x = u.new_zeros(self.size, *u.shape[1:], dtype=self.dtype)
-            x[self.rows] = u.to(self.dtype)
-        Ju = self.lin.jvp(x)
+            x = u.new_zeros(self.size, *u.shape[1:], dtype=dtype)
+            x[self.rows] = u.to(dtype)
+        Ju = lin.jvp(x)
         if self.scale is None:
             self._set_scale(Ju if full else Ju[self.rows])
-        c = self.scale[self.origin].to(self.dtype)
+        c = self.scale[self.origin].to(dtype)
         if not full:
-            c = torch.zeros(self.size, dtype=self.dtype, device=u.device).index_copy_(0, self.rows, c)
+            c = torch.zeros(self.size, dtype=dtype, device=u.device).index_copy_(0, self.rows, c)
         view = (-1, *([1] * (Ju.dim() - 1)))
-        out = self.lin.vjp(Ju * c.view(view))           # not in place: a jvp may return its argument (identity)
+        out = lin.vjp(Ju * c.view(view))           # not in place: a jvp may return its argument (identity)
         out = out.mul_(c.view(-1, *([1] * (out.dim() - 1))))
         return (out if full else out[self.rows]).to(u.dtype)
 
@@ -97,6 +100,7 @@ class NormalOperator:
         self.rows, self.origin = self.rows[rows], self.origin[rows]
         if 0 < len(self.rows) <= self.ratio * self.size:
             self.lin = self.lin.select(self.rows)
+            self.low = None if self.low is None else self.low.select(self.rows)
             self.rows = torch.arange(len(self.rows), device=self.rows.device)
             self.size = len(self.rows)
 
@@ -228,13 +232,21 @@ def fill_holes(keep: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def lanczos(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
-            rtol: float | None = None) -> KrylovOutcome:
+            rtol: float | None = None, relaxed: bool = False) -> KrylovOutcome:
     """Lanczos on ``JᵀJ`` with full reorthogonalisation, batched; stops each input on its own.
 
     The top Ritz value ``θ`` never exceeds ``||J||²``; an input stops when the residual of its top
     Ritz pair, ``β_k |s_k|``, is at most ``tol θ`` (when ``tol`` is given) or else when :func:`value_error`
     is at most ``rtol``, or when its Krylov space is invariant. Finished inputs leave the batch, so later
     steps only pay for the active ones.
+
+    ``relaxed`` (inexact Lanczos, Simoncini 2005): the first product, of the start ``u``, is made in full
+    precision and every later one with the operator's low-precision twin (``normal.low``). From a start close
+    to the top eigenvector, the Ritz vector is ``u`` plus corrections of the size of ``u``'s residual, so the
+    later products' rounding enters it scaled by that size; the first row of the tridiagonal matrix comes from
+    the accurate product alone. The recurrence's residual is then an estimate, not a bound: the caller must
+    recompute the returned vectors' residual with an accurate product (:func:`lipnb.local_lipschitz` does).
+    ``iterations`` counts all products.
     """
     out = KrylovOutcome.empty(u)
     shape = u.shape[1:]
@@ -248,7 +260,7 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
     eps = torch.finfo(u.dtype).eps
     for k in range(m):
         q = basis[:, k]
-        w = normal(q.view(-1, *shape)).flatten(1)
+        w = normal(q.view(-1, *shape), low=relaxed and k > 0).flatten(1)
         a = batched_dot(q, w)
         w.addcmul_(a.unsqueeze(1), q, value=-1)
         if k > 0:
@@ -272,7 +284,7 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
         absolute = beta[:, k] * s[:, -1].abs()                        # ||M y - θ y|| of the top Ritz pair
         res = absolute / th.clamp_min(_TINY)
         error = value_error(th, absolute, 16 * eps)
-        invariant = beta[:, k] <= 1e3 * eps * th.clamp_min(0)
+        invariant = beta[:, k] <= 64 * eps * th.clamp_min(0)             # at the rounding level
         converged = _stops(res, error, tol, rtol) | invariant | (th <= 0)
         stop = converged | (k + 1 == m)
         if bool(stop.any()):

@@ -23,15 +23,13 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..arguments import check_positive_int, check_tokens
 from . import memory
+from .certify import certify, passes, repair_misses, returned_error, solver_targets
 from .krylov import (
-    KrylovOutcome,
     NormalOperator,
     failure_epsilon,
     lanczos,
     normalize,
-    norms,
     power_iteration,
-    value_error,
 )
 from .linearization import ClosedForm, Linearized
 from .map_checks import check_map, check_output, check_same_map, relative_change
@@ -65,7 +63,8 @@ class LipschitzResult:
     is the largest (no Krylov method can check that nothing above was missed) it bounds
     ``| ||D_X f||_2 / value - 1 |``. ``converged``: the stopping test (``tol`` or ``rtol``) held on these
     recomputed numbers. ``iterations`` counts full-precision applications of ``JᵀJ`` (one JVP and one VJP each),
-    ``presolve_iterations`` those of the low-precision first run (zero without one); ``left_vector``
+    ``presolve_iterations`` those in the presolve's low precision (its first run's and a relaxed refinement's,
+    see :func:`local_lipschitz`; zero without a presolve); ``left_vector``
     (``(B, n, d_out)``) is the unit output direction ``J u / ||J u||``. ``upper`` (only with ``confidence=δ``,
     else ``None``): ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start,
     no other premise (Kuczyński & Woźniakowski, 1992); ``inf`` where too few products were made to claim anything.
@@ -159,13 +158,11 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
+# The smallest relative residual asked (tol, or 2 rtol) for which the refinement after a presolve makes its later
+# products in the presolve's dtype: their rounding, scaled by the small corrections they compute, stays below it.
+RELAXED_RESIDUAL = 1e-4
 CERTIFIED = (torch.float32, torch.float64)
 DEFAULT_RTOL = 1e-4
-# A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
-# to this many units in the last place of θ (a premise, stated in local_lipschitz).
-FLOAT32_ULPS = 64
-# Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
-FLOAT64_ULPS = 64
 
 
 def _shrink_ratio(lin: Linearized) -> float:
@@ -237,31 +234,6 @@ def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
     return lin if lin.output.dtype == torch.float64 else None
 
 
-def _certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearization | None, dtype: torch.dtype
-             ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product
-    for a float32 run when ``lin64`` is given, else the solver's own (a float32-only map's ``error`` gains
-    ``FLOAT32_ULPS`` units in the last place of float32)."""
-    if dtype == torch.float64 or lin64 is None:
-        rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
-        return outcome.theta, outcome.residual, outcome.error + rounding
-    u = normalize(outcome.vector.double())
-    Mu = NormalOperator(lin64, 0.0, normal.scale)(u)
-    theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
-    absolute = norms(Mu - theta.view(-1, *([1] * (u.dim() - 1))) * u)
-    error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
-    return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
-
-
-def _margin(tol: float | None, rtol: float | None, dtype: torch.dtype) -> tuple[float | None, float | None]:
-    """The solver's targets ``(tol, rtol)``: in float32 lowered by ``FLOAT32_ULPS`` units in the last place (at
-    most halved), so the recomputed certificate, which differs from the solver's by rounding, still meets them."""
-    if dtype == torch.float64:
-        return tol, rtol
-    margin = FLOAT32_ULPS * torch.finfo(torch.float32).eps
-    return tuple(None if t is None else max(t - 2 * margin, t / 2) for t in (tol, rtol))
-
-
 def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, confidence: object, method: str,
                      start: str) -> None:
     if method not in ("lanczos", "power"):
@@ -330,7 +302,13 @@ def local_lipschitz(
 
     ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
     vectors (until its relative residual is below ``1e-3``, at most 50 products); the run in full precision
-    then starts from them, and its own test alone decides ``value``, ``converged`` and ``error``. It needs a
+    then starts from them. Where a float64 product certifies (``fn`` runs in float64) and the residual asked
+    is at least ``1e-4`` (``tol``, or ``2 rtol``: the default's), that run is relaxed
+    (:func:`lipnb.core.krylov.lanczos`): its first product, of the start, is made in full precision and the
+    later ones, which only compute corrections as small as the start's residual, in the presolve's dtype.
+    Either way the recomputed residual of the returned vectors alone decides ``value``, ``converged`` and
+    ``error`` (an input whose certificate misses the test after a relaxed run runs again in full precision),
+    so a poor start or a coarse product costs time, never accuracy. It needs a
     linearization with ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos
     in float32 on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with
     AVX512-BF16 or AMX), and no presolve otherwise. ``start`` is ``"random"``: each input's own Gaussian vector
@@ -384,17 +362,30 @@ def local_lipschitz(
                     check_same_map(lin64.output[:rows], Y, "the float64 linearization's output", scatter)
                 checked, Y = True, None
             u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
-            if low is not None:
-                low_normal = NormalOperator(lin.to(low), _shrink_ratio(lin))
-                first = solver(low_normal, u, PRESOLVE_TOL, min(max_iter, PRESOLVE_MAX_ITER))
+            lin_low = None if low is None else lin.to(low)
+            if lin_low is not None:
+                first = solver(NormalOperator(lin_low, _shrink_ratio(lin)), u, PRESOLVE_TOL,
+                               min(max_iter, PRESOLVE_MAX_ITER))
                 u, presolved = first.vector, first.iterations
-                del low_normal, first            # its memory serves the full-precision run
+                del first
             else:
                 presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
-            normal = NormalOperator(lin, _shrink_ratio(lin))
-            target_tol, target_rtol = _margin(tol, rtol, lin.output.dtype)
-            outcome = solver(normal, u, target_tol, max_iter, target_rtol)
-            theta, residual, error = _certify(outcome, normal, lin64, lin.output.dtype)
+            # Relaxed refinement: only its first product in full precision, the float64 product certifies.
+            relaxed = (lin_low is not None and lin64 is not None and method == "lanczos"
+                       and (2 * rtol if tol is None else tol) >= RELAXED_RESIDUAL)
+            normal = NormalOperator(lin, _shrink_ratio(lin), low=lin_low if relaxed else None)
+            target_tol, target_rtol = solver_targets(tol, rtol, lin.output.dtype)
+            if relaxed:
+                outcome = lanczos(normal, u, target_tol, max_iter, target_rtol, relaxed=True)
+                presolved = presolved + outcome.iterations - 1
+                outcome.iterations = outcome.iterations.clamp_max(1)
+            else:
+                outcome = solver(normal, u, target_tol, max_iter, target_rtol)
+            del lin_low
+            theta, residual, error = certify(outcome, normal, lin64, lin.output.dtype)
+            if relaxed:
+                theta, residual, error = repair_misses(outcome, normal, lin, lin64, (theta, residual, error),
+                                                        (tol, rtol, X.dtype), max_iter)
             left = normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as oom:
             if not memory.is_oom(oom) or chunk == 1:
@@ -404,10 +395,8 @@ def local_lipschitz(
                 torch.cuda.empty_cache()
             chunk = max(1, chunk // 2)
             continue
-        if X.dtype != torch.float64:       # value is returned in X's dtype: its rounding enters the bound
-            error = error + torch.finfo(X.dtype).eps
-        test = (residual <= tol) if tol is not None else (error <= rtol)
-        converged = outcome.converged & (test | (theta <= 0))
+        error = returned_error(error, X.dtype)
+        converged = outcome.converged & passes(theta, residual, error, tol, rtol)
         upper = None
         if confidence is not None:
             eps = failure_epsilon(confidence, X[0].numel(), outcome.iterations, method)
