@@ -53,7 +53,9 @@ class NormalOperator:
     nor overflows, and powers of two change no digit. Rows of finished inputs are dropped with
     :meth:`keep`; the linearization itself is shrunk (``select``) once at most ``shrink_ratio`` of its batch
     is still active (1 for a cheap closed-form ``select``, 0.5 for one that re-linearizes, 0 for none);
-    until then finished inputs get zero vectors, which change nothing.
+    until then finished inputs get zero vectors, which change nothing. ``low``, when given, is a low-precision
+    twin of the linearization: ``normal(u, low=True)`` multiplies with it (the relaxed :func:`lanczos`), and
+    :meth:`keep` shrinks both.
     """
 
     def __init__(self, lin: Linearized, shrink_ratio: float, scale: Tensor | None = None,
