@@ -373,7 +373,9 @@ def local_lipschitz(
             # Relaxed refinement: only its first product in full precision, the float64 product certifies.
             relaxed = (lin_low is not None and lin64 is not None and method == "lanczos"
                        and (2 * rtol if tol is None else tol) >= RELAXED_RESIDUAL)
-            normal = NormalOperator(lin, _shrink_ratio(lin), low=lin_low if relaxed else None)
+            if not relaxed:
+                lin_low = None                   # its memory serves the full-precision run
+            normal = NormalOperator(lin, _shrink_ratio(lin), low=lin_low)
             target_tol, target_rtol = solver_targets(tol, rtol, lin.output.dtype)
             if relaxed:
                 outcome = lanczos(normal, u, target_tol, max_iter, target_rtol, relaxed=True)
@@ -381,7 +383,6 @@ def local_lipschitz(
                 outcome.iterations = outcome.iterations.clamp_max(1)
             else:
                 outcome = solver(normal, u, target_tol, max_iter, target_rtol)
-            del lin_low
             theta, residual, error = certify(outcome, normal, lin64, lin.output.dtype)
             if relaxed:
                 theta, residual, error = repair_misses(outcome, normal, lin, lin64, (theta, residual, error),
