@@ -117,3 +117,10 @@ def test_interval_products_is_the_fewest_that_reach_eta() -> None:
         assert float(krylov.failure_epsilon(delta, N, k)) <= target < float(krylov.failure_epsilon(delta, N, k - 1))
     with pytest.raises(ValueError, match="delta"):
         krylov.interval_products(0.0, 10, 0.1)
+
+
+def test_relaxed_lanczos_needs_a_low_precision_twin() -> None:
+    """``relaxed=True`` without ``NormalOperator(low=...)`` is a clear error before any product."""
+    J = torch.randn(2, 12, 12, dtype=torch.float64)
+    with pytest.raises(ValueError, match="low-precision twin"):
+        lanczos(NormalOperator(Dense(J, (3, 4)), 1.0), start(2), tol=1e-6, max_iter=5, relaxed=True)

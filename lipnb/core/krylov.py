@@ -250,6 +250,8 @@ def lanczos(normal: NormalOperator, u: Tensor, tol: float | None, max_iter: int,
     recompute the returned vectors' residual with an accurate product (:func:`lipnb.local_lipschitz` does).
     ``iterations`` counts all products.
     """
+    if relaxed and normal.low is None:
+        raise ValueError("lanczos(relaxed=True) needs an operator with a low-precision twin (NormalOperator(low=...))")
     out = KrylovOutcome.empty(u)
     shape = u.shape[1:]
     N = u[0].numel()
