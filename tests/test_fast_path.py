@@ -241,22 +241,27 @@ class _Skewed:
         return _Skewed(self.inner.select(index), self.skew)
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("skew", [0.0, 0.3])
 def test_relaxed_refinement_is_decided_by_the_float64_residual(gen: torch.Generator, monkeypatch: pytest.MonkeyPatch,
-                                                               skew: float) -> None:
+                                                               skew: float, device: str) -> None:
     """After a bfloat16 presolve, the refinement makes one float32 product and the rest in bfloat16; the value
     is still within ``rtol`` of the float64 SVD and certified. With low-precision products of another map (a
     twin no rounding produces), the float64 residual misses the test, those inputs run again in float32, and
-    the answer is as accurate: the coarse products cost time, never accuracy."""
+    the answer is as accurate: the coarse products cost time, never accuracy. On the CPU and on a GPU."""
     heads = make_heads(gen, "low-rank", d=16, H=3, k=4)
     X = randn(gen, 4, 24, 16)
     exact = exact_local_lipschitz(MultiHeadMap(heads), X)
-    fn = MultiHeadMap(heads.to(torch.float32))
+    fn = MultiHeadMap(heads.to(device, torch.float32))
     to = AttentionLinearization.to
     monkeypatch.setattr(AttentionLinearization, "to", lambda self, dtype: _Skewed(to(self, dtype), skew))
-    res = local_lipschitz(fn, X.float(), presolve=torch.bfloat16, detailed=True)
+    res = local_lipschitz(fn, X.to(device, torch.float32), presolve=torch.bfloat16, detailed=True)
+    assert res.value.device.type == device
     assert bool(res.converged.all())
-    assert float(((res.value.double() - exact).abs() / exact / res.error).max()) <= 1
+    assert float(((res.value.cpu().double() - exact).abs() / exact / res.error.cpu()).max()) <= 1
     assert float(res.error.max()) <= lipschitz.DEFAULT_RTOL
     if skew:
         assert bool((res.iterations > 1).all())      # every input ran again in float32

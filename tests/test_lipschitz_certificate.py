@@ -91,15 +91,23 @@ def _attention_problem(seed: int, scale: float, B: int = 3, n: int = 6, d: int =
     return MultiHeadMap(MultiHead(A, V, W)), scale * torch.randn(B, n, d, generator=g, dtype=F64)
 
 
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
+
+
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("scale", [10.0, 30.0, 100.0])
-def test_float32_error_bounds_float64_truth_on_saturated_attention(scale: float) -> None:
+def test_float32_error_bounds_float64_truth_on_saturated_attention(scale: float, device: str) -> None:
     """float32 runs at input scales 10-100 (float32 was off by 4.4e-3 with ``error`` 1.9e-6 at 100): the residual is
     recomputed with a float64 product, so ``error`` bounds the distance of the value to the float64 Jacobian's
     nearest singular value, and to its norm where that is the nearest (at the float32 input given: at scale 30
-    rounding the input to float32 alone moves the norm by 6e-5); inputs it cannot certify say so."""
+    rounding the input to float32 alone moves the norm by 6e-5); inputs it cannot certify say so. The default
+    call, on the CPU and on a GPU (where it presolves in bfloat16)."""
     for seed in range(3):
         fn, X = _attention_problem(seed, scale)
-        res = local_lipschitz(fn, X.float(), detailed=True)
+        on_device = MultiHeadMap(fn.heads.to(device))
+        res = local_lipschitz(on_device, X.to(device, torch.float32), detailed=True)
+        assert res.value.device.type == device
+        res = type(res)(**{k: v.cpu() if isinstance(v, Tensor) else v for k, v in vars(res).items()})
         near, top = nearest_and_top(fn, X.float().double(), res.value)
         assert bool((near <= res.error + 1e-6).all()), (near, res.error)
         premise = near == top
