@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=[PROFILES["paper"].gpt2])
     parser.add_argument("--budget", type=float, default=240.0, help="start no sweep after this many seconds")
+    parser.add_argument("--only", default="", help="run only the sweeps whose label contains this text")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     device = lipnb.profiles.default_device()      # where lipnb.models loads the models
@@ -82,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     rows, t0 = [], time.perf_counter()
     for name in args.models:
         for label, calls, job in sweeps(name):
+            if args.only not in label:
+                continue
             if time.perf_counter() - t0 > args.budget:
                 rows.append({"sweep": label, "calls": calls, "ran": False})
                 continue
