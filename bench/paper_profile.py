@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: {calls} calls, {len(table.frame)} rows, {wall:.1f} s", flush=True)
     record = {
         "schema": 1, "benchmark": "the paper profile's offline sweeps, timed one by one (empty results cache)",
+        "profile": "paper",
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
         "device": device.type, "device_name": core.device_name(device), "threads": torch.get_num_threads(),

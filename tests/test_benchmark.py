@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lipnb.experiments import benchmark
-from lipnb.experiments.benchmark_schema import LipschitzRecord, WorkloadRecord
+from lipnb.experiments.benchmark_schema import LipschitzRecord, PaperProfileRecord, SweepTiming, WorkloadRecord
 from lipnb.paper import published
 
 
@@ -46,7 +46,7 @@ def test_oracle_stop_is_the_first_step_within_rtol_of_the_target() -> None:
 
 RECORDS = {"lipschitz-cpu": LipschitzRecord, "lipschitz-cpu-kinds": LipschitzRecord,
            "lipschitz-cpu-gpt2": LipschitzRecord, "lipschitz-cuda": LipschitzRecord,
-           "lipschitz-cpu-workloads": WorkloadRecord}
+           "lipschitz-cpu-workloads": WorkloadRecord, "paper-profile-cuda": PaperProfileRecord}
 
 
 def _unread_keys(raw: object, parsed: object, path: str = "") -> list[str]:
@@ -119,6 +119,23 @@ def test_provenance_is_one_line_of_when_where_and_with_what() -> None:
     assert line.startswith(f"{gpu.date[:10]}, {gpu.device_name} (cuda, {gpu.threads} threads, load average ")
     assert f"torch {gpu.versions.torch}, lipnb {gpu.versions.lipnb} (git {gpu.versions.git})" in line
     assert "\n" not in line and line.endswith(" GFLOP/s") and "float32" in line
+
+
+def test_paper_profile_seconds_sums_what_ran_and_extrapolates_the_rest() -> None:
+    """Per kind of sweep: the measured seconds, their mean, and a total that counts each sweep that did not run
+    at its kind's mean (here 10 + 20 measured, 3 + 5 measured and two adversarial sweeps at 4 s); a kind with
+    nothing measured is refused, not guessed."""
+    record = benchmark.load_record("paper-profile-cuda")
+    assert isinstance(record, PaperProfileRecord)
+    runs = (SweepTiming("real_text a", 5, True, 50, 10.0), SweepTiming("real_text b", 5, True, 50, 20.0),
+            SweepTiming("adversarial layer 0", 8, True, 8, 3.0), SweepTiming("adversarial layer 1", 8, True, 8, 5.0),
+            SweepTiming("adversarial layer 2", 8, False), SweepTiming("adversarial layer 3", 8, False))
+    seconds = benchmark.paper_profile_seconds(dataclasses.replace(record, runs=runs))
+    assert seconds == {"real_text": 30.0, "real_text per sweep": 15.0, "real_text ran": 2, "real_text sweeps": 2,
+                       "adversarial": 8.0, "adversarial per sweep": 4.0, "adversarial ran": 2,
+                       "adversarial sweeps": 4, "total": 46.0}
+    with pytest.raises(ValueError, match="no adversarial sweep ran"):
+        benchmark.paper_profile_seconds(dataclasses.replace(record, runs=runs[:2] + runs[4:]))
 
 
 def test_run_finds_the_run_of_a_length_and_map() -> None:

@@ -21,6 +21,7 @@ from .benchmark_schema import (
     CallResult,
     LipschitzRecord,
     LipschitzRun,
+    PaperProfileRecord,
     Speedup,
     WorkloadRecord,
     WorkloadRun,
@@ -28,8 +29,8 @@ from .benchmark_schema import (
 
 __all__ = [
     "ENV_VAR", "METHOD_LABELS", "PAPER_BASELINES", "Table", "cpu_speedup", "decomposition", "default_call",
-    "lipnb_calls", "load_record", "provenance", "record_path", "records_dir", "relative_errors", "table",
-    "workload_table",
+    "lipnb_calls", "load_record", "paper_profile_seconds", "provenance", "record_path", "records_dir",
+    "relative_errors", "table", "workload_table",
 ]
 
 ENV_VAR = "LIPNB_BENCH_DIR"
@@ -54,15 +55,39 @@ def record_path(name: str) -> Path:
     return records_dir() / f"{name}.json"
 
 
-def load_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | None:
+def load_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | PaperProfileRecord | None:
     """A recorded benchmark by name (or path), or ``None`` when it was never recorded: a :class:`WorkloadRecord`
-    when it lists the ``calls`` it timed (``bench/workloads.py``), else a :class:`LipschitzRecord`."""
+    when it lists the ``calls`` it timed (``bench/workloads.py``), a :class:`PaperProfileRecord` when it names
+    the ``profile`` it timed (``bench/paper_profile.py``), else a :class:`LipschitzRecord`."""
     path = Path(name) if isinstance(name, Path) else record_path(name)
     if not path.exists():
         return None
     data = json.loads(path.read_text())
-    kind = WorkloadRecord if isinstance(data, dict) and "calls" in data else LipschitzRecord
+    kind = LipschitzRecord
+    if isinstance(data, dict) and "calls" in data:
+        kind = WorkloadRecord
+    elif isinstance(data, dict) and "profile" in data:
+        kind = PaperProfileRecord
     return kind.from_json(data, path.name)
+
+
+def paper_profile_seconds(record: PaperProfileRecord) -> dict[str, float]:
+    """A :class:`PaperProfileRecord` summed by kind of sweep: ``"<kind>"`` the wall seconds of the sweeps of that
+    kind that ran, ``"<kind> per sweep"`` their mean, ``"<kind> ran"`` and ``"<kind> sweeps"`` how many ran and
+    how many the profile has, and ``"total"`` the measured seconds plus each kind's mean for every sweep that did
+    not run (an extrapolation wherever a kind's sweeps did not all run)."""
+    kinds: dict[str, list] = {}
+    for run in record.runs:
+        kinds.setdefault(run.sweep.split()[0], []).append(run)
+    out, total = {}, 0.0
+    for kind, runs in kinds.items():
+        walls = [run.wall_s for run in runs if run.ran]
+        if not walls:
+            raise ValueError(f"no {kind} sweep ran in the record: nothing to extrapolate from")
+        out |= {kind: sum(walls), f"{kind} per sweep": sum(walls) / len(walls), f"{kind} ran": len(walls),
+                f"{kind} sweeps": len(runs)}
+        total += sum(walls) / len(walls) * len(runs)
+    return out | {"total": total}
 
 
 def relative_errors(values: typing.Sequence[float], ref: typing.Sequence[float]) -> list[float]:

@@ -1,6 +1,7 @@
-"""The two schemas of the benchmark records, typed: what ``bench/lipschitz.py`` writes (:class:`LipschitzRecord`)
-and what ``bench/workloads.py`` writes (:class:`WorkloadRecord`), each a tree of frozen dataclasses read from
-the JSON by ``from_json``, a missing or misshapen field a ValueError naming the record and the field.
+"""The schemas of the benchmark records, typed: what ``bench/lipschitz.py`` writes (:class:`LipschitzRecord`),
+what ``bench/workloads.py`` writes (:class:`WorkloadRecord`) and what ``bench/paper_profile.py`` writes
+(:class:`PaperProfileRecord`), each a tree of frozen dataclasses read from the JSON by ``from_json``, a missing
+or misshapen field a ValueError naming the record and the field.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ __all__ = [
     "MethodResult",
     "Oracle",
     "PaperMethod",
+    "PaperProfileRecord",
     "ProductCost",
     "Reference",
     "Speedup",
     "Spread",
+    "SweepTiming",
     "TimeSplit",
     "Versions",
     "WorkloadRecord",
@@ -325,3 +328,31 @@ class WorkloadRecord(_Json):
     calls: dict[str, dict[str, str]]
     paper_method: PaperMethod
     runs: tuple[WorkloadRun, ...]
+
+
+@dataclass(frozen=True)
+class SweepTiming(_Json):
+    """One sweep of ``bench/paper_profile.py``: its label, its layer calls, whether it ran within the budget, and
+    if it ran, the rows it measured and its wall-clock seconds from an empty results cache."""
+    sweep: str
+    calls: int
+    ran: bool
+    rows: int | None = None
+    wall_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PaperProfileRecord(_Json):
+    """A record of ``bench/paper_profile.py``: where and how it ran, and each sweep of the profile it timed."""
+    schema: int
+    benchmark: str
+    profile: str
+    date: str
+    duration_s: float
+    device: str
+    device_name: str
+    threads: int
+    versions: Versions
+    command: str
+    runs: tuple[SweepTiming, ...]
+    provenance_note: str | None = None
