@@ -280,6 +280,12 @@ def device_name(device: torch.device) -> str:
     return f"{model}, {os.cpu_count()} logical cores"
 
 
+def versions(commit: str) -> dict[str, str]:
+    """The versions a record names: Python, torch, transformers, lipnb and the git ``commit`` measured."""
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__, "git": commit}
+
+
 def git_commit() -> str:
     """The commit of the code measured, ``+dirty`` when lipnb/ or bench/*.py differ from it."""
     def git(*args: str) -> str:
@@ -474,9 +480,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "load_average": {"start": load_start, "end": load_average()},
         "peak_flops_by_dtype": peaks,
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
-                     "git": commit},
+        "versions": versions(commit),
         "command": "python bench/lipschitz.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "paper_method": {"tol": published.PAPER_TOL, "max_iter": published.PAPER_MAX_ITER, "dtype": "float32",
                          "products": "torch.func.jvp + torch.func.vjp per step, one input at a time"},

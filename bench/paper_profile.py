@@ -31,7 +31,6 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -55,7 +54,7 @@ def sweeps(name: str) -> list[tuple[str, int, Callable[[], object]]]:
     """The paper profile's sweeps of model ``name``: (label, layer calls, the call), in the chapters' order."""
     p = PROFILES["paper"]
     model, _ = models.load_shared(name)
-    L, H = models.num_layers(model), models.head_matrices(model, 0).A.shape[0]
+    L, H = models.num_layers(model), model.config.num_attention_heads
     jobs = [(f"real_text {name} {dataset}", L * len(lengths),
              lambda dataset=dataset, lengths=lengths: real_text.real_text_sweep(name, dataset, lengths,
                                                                                 p.text_per_length))
@@ -102,9 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": started.isoformat(timespec="seconds"),
         "duration_s": round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1),
         "device": device.type, "device_name": core.device_name(device), "threads": torch.get_num_threads(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
-                     "git": commit},
+        "versions": core.versions(commit),
         "command": "python bench/paper_profile.py " + " ".join(sys.argv[1:] if argv is None else argv),
         "runs": rows,
     }

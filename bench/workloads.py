@@ -58,7 +58,6 @@ import datetime as dt
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -109,6 +108,11 @@ MAPS: dict[str, tuple[str, Callable]] = {"float32-premise": ("the map without it
 def call_map(method: str, f: models.LayerMap) -> Callable:
     """The map ``method`` is called on: the layer's own, or the one :data:`MAPS` makes of it."""
     return MAPS[method][1](f) if method in MAPS else f
+
+
+def recorded_options(method: str) -> dict[str, str]:
+    """What the record says of the call ``method``: its options as text, and its map where :data:`MAPS` names one."""
+    return {k: str(v) for k, v in CALLS[method].items()} | ({"map": MAPS[method][0]} if method in MAPS else {})
 ORACLE_MAX_ITER = 1000
 WORKLOADS = {"chapter-10": 1, "issue-23": 2}          # name: threads
 
@@ -243,8 +247,7 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                 detail = lipnb.local_lipschitz(call_map(method, f), X, detailed=True, **CALLS[method])
                 entry |= {"cold_wall_s": times[method]["cold_wall"], "cold_cpu_s": times[method]["cold_cpu"],
                           "cold": {key: summary(times[method][f"cold_{key}"]) for key in ("wall", "cpu")},
-                          "options": {k: str(v) for k, v in CALLS[method].items()}
-                          | ({"map": MAPS[method][0]} if method in MAPS else {}),
+                          "options": recorded_options(method),
                           "mean_iterations": float(detail.iterations.double().mean()),
                           "mean_presolve_iterations": float(detail.presolve_iterations.double().mean()),
                           "converged": int(detail.converged.sum()), "max_error_bound": float(detail.error.max()),
@@ -332,12 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         "device": "cpu", "device_name": core.device_name(torch.device("cpu")),
         "threads": {w: WORKLOADS[w] for w in {row["workload"] for row in rows}},
         "load_average": {"start": load_start, "end": core.load_average()},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "transformers": __import__("transformers").__version__, "lipnb": lipnb.__version__,
-                     "git": commit},
+        "versions": core.versions(commit),
         "command": "python bench/workloads.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "calls": {m: {k: str(v) for k, v in o.items()} | ({"map": MAPS[m][0]} if m in MAPS else {})
-                  for m, o in CALLS.items()},
+        "calls": {m: recorded_options(m) for m in CALLS},
         "paper_method": {"tol": published.PAPER_TOL, "max_iter": published.PAPER_MAX_ITER, "dtype": "float32",
                          "oracle": {"rtol": 1e-4, "max_iter": ORACLE_MAX_ITER}},
         "runs": rows,

@@ -23,6 +23,8 @@ from lipnb import MultiHead
 
 Map = Callable[[Tensor], Tensor]
 F64 = torch.float64
+# A ``device`` parameter that runs where a GPU is present and is skipped elsewhere.
+CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
 
 # The "explain" phase traces lines with sys.settrace / sys.monitoring, which has crashed the interpreter
 # (Fatal Python error: Aborted) while shrinking a failure in torch code; the other phases are kept.

@@ -18,7 +18,7 @@ from pathlib import Path
 import hypothesis.strategies as st
 import pytest
 import torch
-from conftest import assert_flops_counted
+from conftest import CUDA, assert_flops_counted
 from hypothesis import given
 from torch import Tensor
 
@@ -239,9 +239,6 @@ class _Skewed:
 
     def select(self, index: Tensor) -> _Skewed:
         return _Skewed(self.inner.select(index), self.skew)
-
-
-CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
 
 
 @pytest.mark.parametrize("device", ["cpu", CUDA])
