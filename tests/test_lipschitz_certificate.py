@@ -11,6 +11,7 @@ import torch
 from conftest import CUDA, prescribed_jacobians
 from torch import Tensor
 
+from lipnb.core import lipschitz
 from lipnb.core.attention import MultiHead, self_attention
 from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.jacobian import MultiHeadMap
@@ -283,6 +284,58 @@ def test_a_linearization_of_another_map_is_refused() -> None:
 
     with pytest.raises(ValueError, match="another map"):
         local_lipschitz(Wrong(), X)
+
+
+def test_a_float64_evaluation_of_another_map_is_refused() -> None:
+    """The float64 map that certifies a float32 run is checked on every input it linearizes, not only on the first
+    input that told whether ``fn`` runs in float64: one that agrees there and nowhere else is a ``ValueError``."""
+    fn, X = _attention_problem(10, 1.0, B=4)
+    other, _ = _attention_problem(11, 1.0)
+    first = X[0].float().double()
+
+    class Wide:
+        def __call__(self, Z: Tensor) -> Tensor:
+            return self.linearize(Z).output
+
+        def linearize(self, Z: Tensor) -> object:
+            return (fn if len(Z) == 1 and torch.equal(Z[0], first) else other).linearize(Z)
+
+    class Layer:
+        def __call__(self, Z: Tensor) -> Tensor:
+            return fn(Z)
+
+        def linearize(self, Z: Tensor) -> object:
+            return fn.linearize(Z)
+
+        def float64_map(self) -> Wide:
+            return Wide()
+
+    with pytest.raises(ValueError, match="float64 linearization's output differs"):
+        local_lipschitz(Layer(), X.float())
+
+
+def test_float64_certificate_in_groups_of_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a CPU the float64 certificate of a float32 run linearizes the chunk a few inputs at a time (each group's
+    float64 state under ``CERTIFY_BYTES``, so the allocator reuses its memory): values, errors and verdicts are
+    those of one float64 linearization of the whole chunk, up to the rounding of float64 products."""
+    fn, X = _attention_problem(9, 3.0, B=5)
+    X = X.float()
+    whole = local_lipschitz(fn, X, detailed=True)
+    sizes: list[int] = []
+    real = lipschitz.linearize
+
+    def spy(f: object, Z: Tensor) -> object:
+        if Z.dtype == F64:
+            sizes.append(len(Z))
+        return real(f, Z)
+
+    monkeypatch.setattr(lipschitz, "linearize", spy)
+    monkeypatch.setattr(lipschitz, "CERTIFY_BYTES", 2 * 2 * lipschitz.linearization_bytes(fn, X[:1]))
+    groups = local_lipschitz(fn, X, detailed=True)
+    assert sizes[:4] == [1, 2, 2, 1] and max(sizes) <= 2, sizes      # the probe of fn in float64, then the groups
+    torch.testing.assert_close(groups.value, whole.value, rtol=1e-6, atol=0)
+    torch.testing.assert_close(groups.error, whole.error, rtol=1e-6, atol=1e-15)
+    assert torch.equal(groups.converged, whole.converged)
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e3])

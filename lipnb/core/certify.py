@@ -8,13 +8,19 @@ in full precision the inputs of a relaxed run (low-precision products) whose cer
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, norms, value_error
 from .linearization import Linearized
 
-__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "certify", "passes", "repair_misses", "returned_error", "solver_targets"]
+__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "certify", "passes", "repair_misses", "returned_error",
+           "solver_targets"]
+
+# ``fn``'s float64 linearization at some inputs of a chunk (their positions, a long tensor).
+Float64At = Callable[[Tensor], Linearized]
 
 # A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
 # to this many units in the last place of θ (a premise, stated in local_lipschitz).
@@ -23,18 +29,23 @@ FLOAT32_ULPS = 64
 FLOAT64_ULPS = 64
 
 
-def certify(outcome: KrylovOutcome, normal: NormalOperator, lin64: Linearized | None, dtype: torch.dtype
-            ) -> tuple[Tensor, Tensor, Tensor]:
-    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product
-    for a float32 run when ``lin64`` is given, else the solver's own (a float32-only map's ``error`` gains
-    ``FLOAT32_ULPS`` units in the last place of float32)."""
-    if dtype == torch.float64 or lin64 is None:
+def certify(outcome: KrylovOutcome, normal: NormalOperator, float64: Float64At | None, dtype: torch.dtype,
+            size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product for a
+    float32 run when ``float64`` is given (``size`` inputs at a time, each group linearized in float64 just before
+    its product), else the solver's own (a float32-only map's ``error`` gains ``FLOAT32_ULPS`` units in the last
+    place of float32)."""
+    if dtype == torch.float64 or float64 is None:
         rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
         return outcome.theta, outcome.residual, outcome.error + rounding
     u = normalize(outcome.vector.double())
-    Mu = NormalOperator(lin64, 0.0, normal.scale)(u)
-    theta = torch.linalg.vecdot(u.flatten(1), Mu.flatten(1))
-    absolute = norms(Mu - theta.view(-1, *([1] * (u.dim() - 1))) * u)
+    theta, absolute = torch.empty(2, len(u), dtype=torch.float64, device=u.device)
+    for begin in range(0, len(u), size):
+        rows = slice(begin, begin + size)
+        index = torch.arange(len(u), device=u.device)[rows]
+        Mu = NormalOperator(float64(index), 0.0, normal.scale[rows])(u[rows])
+        theta[rows] = torch.linalg.vecdot(u[rows].flatten(1), Mu.flatten(1))
+        absolute[rows] = norms(Mu - theta[rows].view(-1, *([1] * (u.dim() - 1))) * u[rows])
     error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
     return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 
@@ -50,9 +61,9 @@ def passes(theta: Tensor, residual: Tensor, error: Tensor, tol: float | None, rt
     return ((residual <= tol) if tol is not None else (error <= rtol)) | (theta <= 0)
 
 
-def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearized, lin64: Linearized,
+def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearized, float64: Float64At,
                    certified: tuple[Tensor, Tensor, Tensor], asked: tuple[float | None, float | None, torch.dtype],
-                   max_iter: int) -> tuple[Tensor, Tensor, Tensor]:
+                   max_iter: int, size: int) -> tuple[Tensor, Tensor, Tensor]:
     """Inputs whose relaxed refinement stopped but whose certificate misses the test run again from their
     vectors with every product in full precision, and are certified again; ``outcome`` is updated in place."""
     theta, residual, error = certified
@@ -64,7 +75,7 @@ def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearize
     sub = NormalOperator(lin.select(index), 0.0, normal.scale[index])
     target_tol, target_rtol = solver_targets(tol, rtol, lin.output.dtype)
     again = lanczos(sub, outcome.vector[index], target_tol, max_iter, target_rtol)
-    redone = certify(again, sub, lin64.select(index), lin.output.dtype)
+    redone = certify(again, sub, lambda rows: float64(index[rows]), lin.output.dtype, size)
     outcome.record(index, again.theta, 0, again.converged, again.residual, again.error, again.vector)
     outcome.iterations[index] = 1 + again.iterations
     theta, residual, error = (whole.clone().index_put_((index,), part) for whole, part in zip(certified, redone,

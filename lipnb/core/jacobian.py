@@ -252,6 +252,25 @@ def _factor_heads(heads: MultiHead, rtol: float | None) -> _Factors:
     )
 
 
+class _Workspace:
+    """One byte buffer for the ``(B, H, n, n)`` scores of a linearization's products, shared by its casts and
+    selections (their products run one after another): fresh large allocations cost page faults on every
+    product, and a cast's buffer of its own would cost them again. It is made, on first use, large enough for
+    the linearization it was created with (``size`` bytes), so a low-precision twin used first does not leave it
+    too small for the full-precision products."""
+
+    def __init__(self, size: int) -> None:
+        self.size: int = size
+        self.buffer: Tensor | None = None
+
+    def like(self, P: Tensor) -> Tensor:
+        """A scratch tensor of ``P``'s shape, dtype and device (its contents are undefined)."""
+        size = P.numel() * P.element_size()
+        if self.buffer is None or self.buffer.numel() < size or self.buffer.device != P.device:
+            self.buffer = torch.empty(max(size, self.size), dtype=torch.uint8, device=P.device)
+        return self.buffer[:size].view(P.dtype).view(P.shape)
+
+
 class AttentionLinearization(ClosedForm):
     """Lemma C.2 for multi-head attention (Def 2.2; masked: Lemma D.1; biased: Lemma E.2) at a batch ``X``.
 
@@ -266,13 +285,11 @@ class AttentionLinearization(ClosedForm):
                  output: Tensor) -> None:
         self.factors, self.P, self.Qx, self.Kx, self.Vx, self.Oh = factors, P, Qx, Kx, Vx, Oh
         self.output = output
-        self._work: Tensor | None = None
+        self._work = _Workspace(P.numel() * P.element_size())
 
     def _scores_buffer(self) -> Tensor:
-        """A reusable ``(B, H, n, n)`` buffer: fresh large allocations cost page faults on every product."""
-        if self._work is None:
-            self._work = torch.empty_like(self.P)
-        return self._work
+        """The reusable ``(B, H, n, n)`` scratch of the products (:class:`_Workspace`)."""
+        return self._work.like(self.P)
 
     @classmethod
     def at(cls, factors: _Factors, X: Tensor, masked: bool) -> AttentionLinearization:
@@ -341,16 +358,10 @@ class AttentionLinearization(ClosedForm):
         grads[..., 2 * r:].copy_((self.P.mT @ dO).transpose(1, 2))
         return grads.view(B, n, -1) @ self.factors.proj
 
-    def _selected(self, index: Tensor) -> AttentionLinearization:
-        """The declared fields sliced, and the scores buffer reused."""
-        lin = super()._selected(index)
-        lin._work = None if self._work is None or len(lin.P) > len(self._work) else self._work[: len(lin.P)]
-        return lin
-
     def _cast(self, dtype: torch.dtype) -> AttentionLinearization:
-        """The declared fields and the layer's factors in ``dtype`` (a fresh scores buffer)."""
+        """The declared fields and the layer's factors in ``dtype`` (the same workspace)."""
         lin = super()._cast(dtype)
-        lin.factors, lin._work = self.factors.to(lin.P), None
+        lin.factors = self.factors.to(lin.P)
         return lin
 
 @dataclass(frozen=True, eq=False)

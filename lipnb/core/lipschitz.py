@@ -23,7 +23,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..arguments import check_positive_int, check_tokens
 from . import memory
-from .certify import certify, passes, repair_misses, returned_error, solver_targets
+from .certify import Float64At, certify, passes, repair_misses, returned_error, solver_targets
 from .krylov import (
     NormalOperator,
     failure_epsilon,
@@ -161,6 +161,9 @@ PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
 # The smallest relative residual asked (tol, or 2 rtol) for which the refinement after a presolve makes its later
 # products in the presolve's dtype: their rounding, scaled by the small corrections they compute, stays below it.
 RELAXED_RESIDUAL = 1e-4
+# On a CPU the certificate linearizes a chunk in float64 a few inputs at a time, each group's state under this
+# size: glibc's allocator reuses freed blocks up to 32 MiB, larger ones are mapped afresh, page by page, each time.
+CERTIFY_BYTES = 16 << 20
 CERTIFIED = (torch.float32, torch.float64)
 DEFAULT_RTOL = 1e-4
 
@@ -212,26 +215,44 @@ def linearization_bytes(fn: Map, x: Tensor) -> int:
     return sum(storages.values())
 
 
-def _chunk_size(fn: Map, X: Tensor, vectors: int) -> int:
-    """How many inputs to linearize at once: a memory estimate per input (3 copies of the linearization's
-    state for the products' temporaries, plus the solver's ``vectors`` vectors) against the budget."""
+def _chunk_sizes(fn: Map, X: Tensor, vectors: int) -> tuple[int, int]:
+    """How many inputs to linearize at once: in ``X``'s dtype, a memory estimate per input (3 copies of the
+    linearization's state for the products' temporaries, plus the solver's ``vectors`` vectors) against the
+    budget; in float64 for the certificate on a CPU, as many as keep that linearization under
+    :data:`CERTIFY_BYTES` (elsewhere the whole chunk)."""
     B = X.shape[0]
     if B == 1:
-        return 1
-    per_input = 3 * linearization_bytes(fn, X[:1]) + vectors * X[0].numel() * X.element_size()
-    return max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
+        return 1, 1
+    state = linearization_bytes(fn, X[:1])
+    per_input = 3 * state + vectors * X[0].numel() * X.element_size()
+    chunk = max(1, min(B, memory.memory_budget(X.device) // max(per_input, 1)))
+    if X.device.type != "cpu":
+        return chunk, chunk
+    return chunk, max(1, min(chunk, CERTIFY_BYTES // max(state * 8 // X.element_size(), 1)))
 
 
-def _float64_linearization(fn: Map, X: Tensor) -> Linearization | None:
-    """``fn``'s linearization at ``X.double()`` when ``fn`` runs in float64 there (its output is float64), else
-    ``None``. A map with a ``float64_map()`` method (:class:`lipnb.models.LayerMap`) names the map to use;
-    a closed form casts its parameters (exactly) to float64; an autograd map is tried as is."""
+def _float64_map(fn: Map, x: Tensor) -> tuple[Map, Tensor] | None:
+    """The map that evaluates ``fn`` in float64 and its output at ``x.double()`` (one input), when ``fn`` runs in
+    float64 there (its output is float64), else ``None``. A map with a ``float64_map()`` method
+    (:class:`lipnb.models.LayerMap`) names the map to use; a closed form casts its parameters (exactly) to
+    float64; an autograd map is tried as is."""
     wide = getattr(fn, "float64_map", None)
+    wide = wide() if callable(wide) else fn
     try:
-        lin = linearize(wide() if callable(wide) else fn, X.double())
+        output = linearize(wide, x.double()).output
     except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
         return None
-    return lin if lin.output.dtype == torch.float64 else None
+    return (wide, output) if output.dtype == torch.float64 else None
+
+
+def _float64_at(wide: Map, X: Tensor, output: Tensor, scatter: float) -> Float64At:
+    """The float64 linearization at the inputs ``index`` of the chunk ``X``, its output checked against the
+    working linearization's (``output``) there: ``fn`` in float64 must be the map that was linearized."""
+    def at(index: Tensor) -> Linearized:
+        lin64 = linearize(wide, X[index].double())
+        check_same_map(lin64.output, output[index], "the float64 linearization's output", scatter)
+        return lin64
+    return at
 
 
 def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, confidence: object, method: str,
@@ -336,12 +357,12 @@ def local_lipschitz(
     solver = lanczos if method == "lanczos" else power_iteration
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
     try:
-        chunk = _chunk_size(fn, X, vectors)
+        chunk, wide_chunk = _chunk_sizes(fn, X, vectors)
     except ValueError as error:
         raise ValueError(f"fn depends on the batch it is given (it fails on the first input alone: {error}); "
                          "local_lipschitz needs a map that acts on each input alone") from error
     parts: list[tuple[Tensor, ...]] = []
-    begin, checked = 0, False
+    begin, checked, wide, scatter = 0, False, None, 0.0
     while begin < len(X):
         stop = min(begin + chunk, len(X))
         try:
@@ -353,14 +374,15 @@ def local_lipschitz(
                 raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
                                 "residual test to certify convergence; run it in float32 or float64 (a "
                                 "low-precision first run is what presolve is for)")
-            lin64 = _float64_linearization(fn, X[begin:stop]) if lin.output.dtype == torch.float32 else None
             if not checked:
+                wide = _float64_map(fn, X[begin:begin + 1]) if lin.output.dtype == torch.float32 else None
                 rows = len(Y)
-                scatter = 0.0 if lin64 is None else relative_change(lin64.output[:rows], lin.output[:rows])
+                scatter = 0.0 if wide is None else relative_change(wide[1], lin.output[:1])
                 check_same_map(lin.output[:rows], Y, "the linearization's output", scatter)
-                if lin64 is not None:
-                    check_same_map(lin64.output[:rows], Y, "the float64 linearization's output", scatter)
+                if wide is not None:
+                    check_same_map(wide[1], Y[:1], "the float64 linearization's output", scatter)
                 checked, Y = True, None
+            float64 = None if wide is None else _float64_at(wide[0], X[begin:stop], lin.output, scatter)
             u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
             lin_low = None if low is None else lin.to(low)
             if lin_low is not None:
@@ -371,7 +393,7 @@ def local_lipschitz(
             else:
                 presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
             # Relaxed refinement: only its first product in full precision, the float64 product certifies.
-            relaxed = (lin_low is not None and lin64 is not None and method == "lanczos"
+            relaxed = (lin_low is not None and float64 is not None and method == "lanczos"
                        and (2 * rtol if tol is None else tol) >= RELAXED_RESIDUAL)
             if not relaxed:
                 lin_low = None                   # its memory serves the full-precision run
@@ -383,15 +405,15 @@ def local_lipschitz(
                 outcome.iterations = outcome.iterations.clamp_max(1)
             else:
                 outcome = solver(normal, u, target_tol, max_iter, target_rtol)
-            theta, residual, error = certify(outcome, normal, lin64, lin.output.dtype)
+            theta, residual, error = certify(outcome, normal, float64, lin.output.dtype, wide_chunk)
             if relaxed:
-                theta, residual, error = repair_misses(outcome, normal, lin, lin64, (theta, residual, error),
-                                                        (tol, rtol, X.dtype), max_iter)
+                theta, residual, error = repair_misses(outcome, normal, lin, float64, (theta, residual, error),
+                                                        (tol, rtol, X.dtype), max_iter, wide_chunk)
             left = normalize(lin.jvp(outcome.vector)) if detailed else None
         except (RuntimeError, torch.OutOfMemoryError) as oom:
             if not memory.is_oom(oom) or chunk == 1:
                 raise
-            lin = lin64 = normal = None
+            lin = float64 = normal = None
             if X.device.type == "cuda":
                 torch.cuda.empty_cache()
             chunk = max(1, chunk // 2)
@@ -405,7 +427,7 @@ def local_lipschitz(
             upper = top.sqrt() / (1 - eps).sqrt() * (1 + 64 * torch.finfo(lin.output.dtype).eps) / normal.scale
         value = theta.clamp_min(0).sqrt() / normal.scale
         parts.append((value, outcome.iterations, converged, residual, outcome.vector, left, presolved, error, upper))
-        lin = lin64 = normal = None
+        lin = float64 = normal = None
         begin = stop
     value, iterations, converged, residual, right, left, presolved, error, upper = (
         None if p[0] is None else torch.cat(p) for p in zip(*parts, strict=True))
