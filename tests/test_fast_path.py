@@ -285,6 +285,21 @@ def test_relaxed_refinement_is_decided_by_the_float64_residual(gen: torch.Genera
         assert bool((res.iterations == 1).all())     # one float32 product, the rest in bfloat16
 
 
+def test_max_iter_caps_the_full_precision_products_of_a_repair(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An input whose relaxed refinement misses its certificate runs again in full precision: ``max_iter`` caps its
+    full-precision products, the refinement's first included (this problem's first input would take 8 more here)."""
+    gen = torch.Generator().manual_seed(2)
+    heads = make_heads(gen, "low-rank", d=16, H=3, k=4)
+    X = randn(gen, 4, 24, 16).float()
+    to = AttentionLinearization.to
+    monkeypatch.setattr(AttentionLinearization, "to", lambda self, dtype: _Skewed(to(self, dtype), 0.3))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NotConvergedWarning)
+        res = local_lipschitz(MultiHeadMap(heads.to(torch.float32)), X, presolve=torch.bfloat16, max_iter=8,
+                              detailed=True)
+    assert bool((res.iterations > 1).all()) and int(res.iterations.max()) <= 8, res.iterations
+
+
 def test_relaxed_refinement_only_for_loose_targets(gen: torch.Generator) -> None:
     """The refinement is relaxed only where the float64 product certifies and the residual asked is at least
     ``RELAXED_RESIDUAL``: a tighter ``tol`` makes every refinement product in float32."""

@@ -65,7 +65,8 @@ def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearize
                    certified: tuple[Tensor, Tensor, Tensor], asked: tuple[float | None, float | None, torch.dtype],
                    max_iter: int, size: int) -> tuple[Tensor, Tensor, Tensor]:
     """Inputs whose relaxed refinement stopped but whose certificate misses the test run again from their
-    vectors with every product in full precision, and are certified again; ``outcome`` is updated in place."""
+    vectors with every product in full precision (at most ``max_iter - 1`` after the refinement's first, so
+    ``max_iter`` caps the full-precision products), and are certified again; ``outcome`` is updated in place."""
     theta, residual, error = certified
     tol, rtol, dtype = asked
     miss = outcome.converged & ~passes(theta, residual, returned_error(error, dtype), tol, rtol)
@@ -74,7 +75,7 @@ def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearize
     index = miss.nonzero().squeeze(1)
     sub = NormalOperator(lin.select(index), 0.0, normal.scale[index])
     target_tol, target_rtol = solver_targets(tol, rtol, lin.output.dtype)
-    again = lanczos(sub, outcome.vector[index], target_tol, max_iter, target_rtol)
+    again = lanczos(sub, outcome.vector[index], target_tol, max(max_iter - 1, 1), target_rtol)
     redone = certify(again, sub, lambda rows: float64(index[rows]), lin.output.dtype, size)
     outcome.record(index, again.theta, 0, again.converged, again.residual, again.error, again.vector)
     outcome.iterations[index] = 1 + again.iterations

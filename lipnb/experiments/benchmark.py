@@ -2,9 +2,10 @@
 :func:`lipnb.paper.published.paper_power_iteration`): the recorded runs (where they live, how to read them as
 typed records, how to tabulate them).
 
-``bench/lipschitz.py`` and ``bench/workloads.py`` (in the repository) write one JSON record per run. The records
-committed with lipnb ship inside the package (``lipnb/experiments/benchmark_records/``), so they are found after
-any install; the environment variable ``LIPNB_BENCH_DIR`` names another folder to read and write instead.
+``bench/lipschitz.py``, ``bench/workloads.py`` and ``bench/paper_profile.py`` (in the repository) write one JSON
+record per run. The records committed with lipnb ship inside the package (``lipnb/experiments/benchmark_records/``),
+so they are found after any install; the environment variable ``LIPNB_BENCH_DIR`` names another folder to read and
+write instead.
 :func:`load_record` reads one as a typed record of :mod:`lipnb.experiments.benchmark_schema`.
 """
 
