@@ -40,10 +40,10 @@ def certify(outcome: KrylovOutcome, normal: NormalOperator, float64: Float64At |
         return outcome.theta, outcome.residual, outcome.error + rounding
     u = normalize(outcome.vector.double())
     theta, absolute = torch.empty(2, len(u), dtype=torch.float64, device=u.device)
+    positions = torch.arange(len(u), device=u.device)
     for begin in range(0, len(u), size):
         rows = slice(begin, begin + size)
-        index = torch.arange(len(u), device=u.device)[rows]
-        Mu = NormalOperator(float64(index), 0.0, normal.scale[rows])(u[rows])
+        Mu = NormalOperator(float64(positions[rows]), 0.0, normal.scale[rows])(u[rows])
         theta[rows] = torch.linalg.vecdot(u[rows].flatten(1), Mu.flatten(1))
         absolute[rows] = norms(Mu - theta[rows].view(-1, *([1] * (u.dim() - 1))) * u[rows])
     error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
