@@ -80,6 +80,19 @@ def test_stored_outputs_hold_no_local_paths_or_addresses(chapter: Path) -> None:
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.name for c in CHAPTERS])
+def test_no_cell_shows_a_stray_value(chapter: Path) -> None:
+    """A cell whose last line is a bare ``check.*(...)`` or ``state(...)`` prints its return value (a margin, a
+    glued text) under the code as a lone number; the reader sees the check's result in the ledger, not there
+    (end such a cell with ``_ = ...``). Results meant to be seen are displayed: figures, tables, HTML."""
+    nb = nbformat.read(chapter.with_suffix(".ipynb"), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    stray = [f"code cell {number}: {output['data']['text/plain'][:60]!r}"
+             for number, cell in enumerate(code, 1) for output in cell.get("outputs", [])
+             if output.get("output_type") == "execute_result" and set(output.get("data", {})) <= {"text/plain"}]
+    assert not stray, f"{chapter.name}: cells show a bare value:\n  " + "\n  ".join(stray)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.name for c in CHAPTERS])
 def test_nbval_markers_are_tags_not_code(chapter: Path) -> None:
     """A `# NBVAL_CHECK_OUTPUT` comment prints in the rendered code; the cell tag `nbval-check-output` does not."""
     code = [c for c in jupytext.read(chapter).cells if c.cell_type == "code"]
