@@ -47,7 +47,8 @@ def test_divisors_are_each_blocks_bound_at_the_context_length() -> None:
     rows = train_char_lm(train, valid, len(alphabet), config, "l2-contractive", log_every=2, divisors=True)
     torch.manual_seed(config.seed)
     fresh = CharLM(len(alphabet), config, "l2-contractive")
-    expected = [max(1.0, float(b["attn"].bound(config.context))) for b in fresh.blocks]
+    with torch.no_grad():
+        expected = [max(1.0, float(b["attn"].bound(config.context))) for b in fresh.blocks]
     assert rows[0]["step"] == 0 and rows[0]["divisor"] == pytest.approx(expected, rel=1e-6)
     assert [r["step"] for r in rows[1:]] == [2, 4] and all(len(r["divisor"]) == 2 for r in rows[1:])
     plain = train_char_lm(train, valid, len(alphabet), config, "l2-contractive", log_every=2)
