@@ -258,9 +258,9 @@ def flops_per_product(method: str, fn: Map, x: Tensor) -> dict[str, int]:
                 torch.autograd.grad(fn(xg), xg, Ju)
 
         return {"product": count_flops(step), "linearize": 0}
-    lin = lipnb.core.lipschitz.linearize(fn, x)
+    lin = lipnb.core.linearization.linearize(fn, x)
     return {"product": count_flops(lambda: lin.vjp(lin.jvp(u))),
-            "linearize": count_flops(lambda: lipnb.core.lipschitz.linearize(fn, x))}
+            "linearize": count_flops(lambda: lipnb.core.linearization.linearize(fn, x))}
 
 
 def load_average() -> list[float]:

@@ -27,7 +27,8 @@ from lipnb.core import krylov, memory
 from lipnb.core.attention import MultiHead, multihead_attention
 from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.jacobian import AttentionLinearization, MultiHeadMap, concat_heads
-from lipnb.core.lipschitz import Linearizable, Linearization, NotConvergedWarning, linearize, local_lipschitz
+from lipnb.core.linearization import Linearizable, Linearization, linearization_bytes, linearize
+from lipnb.core.lipschitz import NotConvergedWarning, local_lipschitz
 from lipnb.core.normalization import LayerNormLinearization, layer_norm
 from lipnb.core.sublayers import ResidualAttentionMap
 
@@ -434,10 +435,10 @@ def test_chunks_from_the_memory_estimate_give_the_same_values(gen: torch.Generat
     X = 2 * randn(gen, 5, 6, 6)
     block = ResidualAttentionMap(MultiHeadMap(heads), 1 + randn(gen, 6), randn(gen, 6), 1e-5, True)
     # the estimate of a composed linearization counts the attention's tensors inside it
-    assert lipschitz.linearization_bytes(block, X[:1]) > lipschitz.linearization_bytes(MultiHeadMap(heads), X[:1])
+    assert linearization_bytes(block, X[:1]) > linearization_bytes(MultiHeadMap(heads), X[:1])
     for fn in (MultiHeadMap(heads), lambda Z: multihead_attention(Z, heads), block):
         whole = local_lipschitz(fn, X, detailed=True)
-        per_input = 3 * lipschitz.linearization_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
+        per_input = 3 * linearization_bytes(fn, X[:1]) + 72 * X[0].numel() * 8
         monkeypatch.setattr(memory, "memory_budget", lambda device, b=per_input: 2 * b + 1)
         assert lipschitz._chunk_sizes(fn, X, 72)[0] == 2
         parts = local_lipschitz(fn, X, detailed=True)

@@ -16,6 +16,7 @@ from lipnb.core.attention import MultiHead, self_attention
 from lipnb.core.dense import exact_local_lipschitz, jacobian_matrix
 from lipnb.core.jacobian import MultiHeadMap
 from lipnb.core.krylov import KW_LANCZOS, KW_POWER, failure_epsilon
+from lipnb.core.linearization import linearization_bytes
 from lipnb.core.lipschitz import NotConvergedWarning, local_lipschitz
 
 F64 = torch.float64
@@ -330,7 +331,7 @@ def test_float64_certificate_in_groups_of_inputs(monkeypatch: pytest.MonkeyPatch
         return real(f, Z)
 
     monkeypatch.setattr(lipschitz, "linearize", spy)
-    monkeypatch.setattr(lipschitz, "CERTIFY_BYTES", 2 * 2 * lipschitz.linearization_bytes(fn, X[:1]))
+    monkeypatch.setattr(lipschitz, "CERTIFY_BYTES", 2 * 2 * linearization_bytes(fn, X[:1]))
     groups = local_lipschitz(fn, X, detailed=True)
     assert sizes[:4] == [1, 2, 2, 1] and max(sizes) <= 2, sizes      # the probe of fn in float64, then the groups
     torch.testing.assert_close(groups.value, whole.value, rtol=1e-6, atol=0)

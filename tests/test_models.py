@@ -15,7 +15,8 @@ from transformers import GPT2Model
 
 from lipnb import models
 from lipnb.core.attention import multihead_attention
-from lipnb.core.lipschitz import Linearizable, local_lipschitz
+from lipnb.core.linearization import Linearizable
+from lipnb.core.lipschitz import local_lipschitz
 from lipnb.models import loading
 
 OFFLINE = models.OFFLINE_MODELS

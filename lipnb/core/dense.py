@@ -13,7 +13,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from ..arguments import check_tokens
 from . import memory
 from .attention import log_weights
-from .lipschitz import linearization_bytes
+from .linearization import linearization_bytes
 
 __all__ = ["exact_local_lipschitz", "jacobian_matrix", "weighted_operator_norm"]
 

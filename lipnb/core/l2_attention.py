@@ -18,8 +18,7 @@ import torch
 from torch import Tensor
 
 from ..arguments import check_tokens
-from .linearization import ClosedForm
-from .lipschitz import Linearization
+from .linearization import ClosedForm, Linearization
 
 __all__ = [
     "L2AttentionMap",

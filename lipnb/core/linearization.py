@@ -9,17 +9,28 @@ running: ``1`` for a cheap slice, ``0.5`` for a ``select`` that re-linearizes, `
 :class:`ClosedForm` is the base of every closed-form linearization (Lemma C.2 and the maps built on it):
 a subclass names the tensors it stores per input (``batched``), the tensors the whole batch shares
 (``parameters``) and the closed forms it is made of (``parts``); ``select`` and ``to`` follow from them.
+
+:func:`linearize` builds the linearization of any map: the map's own closed form when it is
+:class:`Linearizable`, else a :class:`Linearization` whose products come from one recorded autograd graph.
+:func:`linearization_bytes` measures what one input's linearization keeps in memory.
 """
 
 from __future__ import annotations
 
 import copy
-from typing import ClassVar, Protocol, TypeVar
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import ClassVar, Protocol, TypeVar, runtime_checkable
 
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
-__all__ = ["ClosedForm", "Linearized"]
+from .map_checks import check_output, check_same_map
+
+__all__ = ["ClosedForm", "Linearizable", "Linearization", "Linearized", "linearization_bytes", "linearize"]
+
+Map = Callable[[Tensor], Tensor]
 
 C = TypeVar("C", bound="ClosedForm")
 
@@ -81,3 +92,100 @@ class ClosedForm:
         if not self.casts:
             raise TypeError(f"{type(self).__name__} does not run its products in another dtype")
         return self._cast(dtype)
+
+
+@dataclass(frozen=True)
+class Linearization:
+    """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched.
+
+    ``select(index)``, when given, returns the linearization at the inputs ``index`` only; it lets
+    :func:`lipnb.local_lipschitz` stop spending products on inputs that have converged. Its capabilities
+    (:class:`Linearized`): no ``to``; a ``select`` re-linearizes, so it is worth
+    it once half the batch has finished.
+    """
+
+    output: Tensor
+    jvp: Map
+    vjp: Map
+    select: Callable[[Tensor], Linearization] | None = None
+    casts: ClassVar[bool] = False
+
+    @property
+    def shrinks(self) -> float:
+        return 0.0 if self.select is None else 0.5
+
+
+@runtime_checkable
+class Linearizable(Protocol):
+    """A map ``fn`` that knows its own Jacobian: ``fn.linearize(X)`` returns an object with ``output``,
+    ``jvp`` and ``vjp`` (optionally ``select``) like :class:`Linearization`, e.g.
+    :class:`lipnb.core.jacobian.MultiHeadMap` (Lemma C.2 in closed form)."""
+
+    def __call__(self, X: Tensor) -> Tensor: ...
+
+    def linearize(self, X: Tensor) -> Linearization: ...
+
+
+def linearize(fn: Map, X: Tensor) -> Linearization:
+    """Record one forward pass of ``fn`` at ``X`` and return reusable JVP and VJP closures.
+
+    A :class:`Linearizable` ``fn`` supplies its own (closed-form) products. Otherwise the JVP is the
+    transpose of the VJP, obtained by differentiating the VJP with respect to its (dummy) cotangent,
+    so no later product re-runs the forward pass; ``select`` re-linearizes on a sub-batch.
+    """
+    if isinstance(fn, Linearizable):
+        lin = fn.linearize(X)
+        check_output(lin.output, X)
+        return lin
+
+    def select(index: Tensor) -> Linearization:
+        sub = linearize(fn, X[index])
+        check_same_map(sub.output, Y.detach()[index], "fn re-linearized on a sub-batch (its output there)")
+        return sub
+
+    Xg = X.detach().requires_grad_(True)
+    # The fused attention kernels have no double backward: record the forward with the math kernel.
+    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
+        Y = fn(Xg)
+        check_output(Y, X)
+        G = torch.zeros_like(Y, requires_grad=True)
+        (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True, allow_unused=True) if Y.requires_grad \
+            else (None,)
+        if JtG is None or not JtG.requires_grad:
+            # Y does not depend on X (or depends on it affinely with a zero slope): J = 0.
+            zero_in, zero_out = torch.zeros_like(X), torch.zeros_like(Y)
+            return Linearization(Y.detach(), lambda u: zero_out[: len(u)], lambda v: zero_in[: len(v)], select)
+
+    def jvp(u: Tensor) -> Tensor:
+        with torch.enable_grad():
+            (Ju,) = torch.autograd.grad(JtG, G, u, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(Y) if Ju is None else Ju
+
+    def vjp(v: Tensor) -> Tensor:
+        with torch.enable_grad():
+            (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True, allow_unused=True)
+        return torch.zeros_like(X) if Jtv is None else Jtv
+
+    return Linearization(Y.detach(), jvp, vjp, select)
+
+
+def linearization_bytes(fn: Map, x: Tensor) -> int:
+    """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
+    and the tensors of a closed-form linearization."""
+    storages: dict[int, int] = {}
+
+    def pack(t: Tensor) -> Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    def visit(obj: object) -> None:          # a closed form may hold other linearizations (sub-layers)
+        for value in vars(obj).values():
+            if isinstance(value, Tensor):
+                pack(value)
+            elif isinstance(value, ClosedForm):
+                visit(value)
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        lin = linearize(fn, x)
+    visit(lin)
+    return sum(storages.values())

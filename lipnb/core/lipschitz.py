@@ -1,7 +1,7 @@
 """Local Lipschitz constants ``Lip_X(f) = ||D_X f||_2`` (Lemma 3.1, App. E.1 of Castin et al., 2024).
 
 Matrix-free estimates work on the whole batch at once: one forward pass per input builds the
-linearization (in closed form for a :class:`Linearizable` map such as
+linearization (:mod:`lipnb.core.linearization`: in closed form for a map such as
 :class:`lipnb.core.jacobian.MultiHeadMap`, by autograd otherwise), and every step then costs one
 Jacobian-vector and one vector-Jacobian product on the inputs that have not converged yet. Batches
 larger than the device's memory run in chunks; the solvers themselves are in :mod:`lipnb.core.krylov`.
@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import numbers
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, Literal, Protocol, runtime_checkable
+from typing import Literal
 
 import torch
 from torch import Tensor
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..arguments import check_positive_int, check_tokens
 from . import memory
@@ -31,20 +29,10 @@ from .krylov import (
     normalize,
     power_iteration,
 )
-from .linearization import ClosedForm, Linearized
-from .map_checks import check_map, check_output, check_same_map, relative_change
+from .linearization import Linearizable, Linearization, Linearized, Map, linearization_bytes, linearize
+from .map_checks import check_map, check_same_map, relative_change
 
-__all__ = [
-    "Linearizable",
-    "Linearization",
-    "LipschitzResult",
-    "NotConvergedWarning",
-    "linearization_bytes",
-    "linearize",
-    "local_lipschitz",
-]
-
-Map = Callable[[Tensor], Tensor]
+__all__ = ["LipschitzResult", "NotConvergedWarning", "local_lipschitz"]
 
 
 class NotConvergedWarning(UserWarning):
@@ -82,81 +70,6 @@ class LipschitzResult:
     upper: Tensor | None = None
 
 
-@dataclass(frozen=True)
-class Linearization:
-    """``J = D_X f`` at a fixed batch ``X``: ``jvp(u) = J u`` and ``vjp(v) = Jᵀ v``, batched.
-
-    ``select(index)``, when given, returns the linearization at the inputs ``index`` only; it lets
-    :func:`local_lipschitz` stop spending products on inputs that have converged. Its capabilities
-    (:class:`lipnb.core.linearization.Linearized`): no ``to``; a ``select`` re-linearizes, so it is worth
-    it once half the batch has finished.
-    """
-
-    output: Tensor
-    jvp: Map
-    vjp: Map
-    select: Callable[[Tensor], Linearization] | None = None
-    casts: ClassVar[bool] = False
-
-    @property
-    def shrinks(self) -> float:
-        return 0.0 if self.select is None else 0.5
-
-
-@runtime_checkable
-class Linearizable(Protocol):
-    """A map ``fn`` that knows its own Jacobian: ``fn.linearize(X)`` returns an object with ``output``,
-    ``jvp`` and ``vjp`` (optionally ``select``) like :class:`Linearization`, e.g.
-    :class:`lipnb.core.jacobian.MultiHeadMap` (Lemma C.2 in closed form)."""
-
-    def __call__(self, X: Tensor) -> Tensor: ...
-
-    def linearize(self, X: Tensor) -> Linearization: ...
-
-
-def linearize(fn: Map, X: Tensor) -> Linearization:
-    """Record one forward pass of ``fn`` at ``X`` and return reusable JVP and VJP closures.
-
-    A :class:`Linearizable` ``fn`` supplies its own (closed-form) products. Otherwise the JVP is the
-    transpose of the VJP, obtained by differentiating the VJP with respect to its (dummy) cotangent,
-    so no later product re-runs the forward pass; ``select`` re-linearizes on a sub-batch.
-    """
-    if isinstance(fn, Linearizable):
-        lin = fn.linearize(X)
-        check_output(lin.output, X)
-        return lin
-
-    def select(index: Tensor) -> Linearization:
-        sub = linearize(fn, X[index])
-        check_same_map(sub.output, Y.detach()[index], "fn re-linearized on a sub-batch (its output there)")
-        return sub
-
-    Xg = X.detach().requires_grad_(True)
-    # The fused attention kernels have no double backward: record the forward with the math kernel.
-    with torch.enable_grad(), sdpa_kernel(SDPBackend.MATH):
-        Y = fn(Xg)
-        check_output(Y, X)
-        G = torch.zeros_like(Y, requires_grad=True)
-        (JtG,) = torch.autograd.grad(Y, Xg, G, create_graph=True, allow_unused=True) if Y.requires_grad \
-            else (None,)
-        if JtG is None or not JtG.requires_grad:
-            # Y does not depend on X (or depends on it affinely with a zero slope): J = 0.
-            zero_in, zero_out = torch.zeros_like(X), torch.zeros_like(Y)
-            return Linearization(Y.detach(), lambda u: zero_out[: len(u)], lambda v: zero_in[: len(v)], select)
-
-    def jvp(u: Tensor) -> Tensor:
-        with torch.enable_grad():
-            (Ju,) = torch.autograd.grad(JtG, G, u, retain_graph=True, allow_unused=True)
-        return torch.zeros_like(Y) if Ju is None else Ju
-
-    def vjp(v: Tensor) -> Tensor:
-        with torch.enable_grad():
-            (Jtv,) = torch.autograd.grad(Y, Xg, v, retain_graph=True, allow_unused=True)
-        return torch.zeros_like(X) if Jtv is None else Jtv
-
-    return Linearization(Y.detach(), jvp, vjp, select)
-
-
 PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
 # The smallest relative residual asked (tol, or 2 rtol) for which the refinement after a presolve makes its later
 # products in the presolve's dtype: their rounding, scaled by the small corrections they compute, stays below it.
@@ -191,28 +104,6 @@ def _presolve_dtype(presolve: torch.dtype | str | None, lin: Linearization, meth
         raise ValueError("presolve needs a linearization that casts its products (casts = True: a closed form "
                          "such as lipnb.core.jacobian.MultiHeadMap's); pass presolve=None for this map")
     return presolve
-
-
-def linearization_bytes(fn: Map, x: Tensor) -> int:
-    """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
-    and the tensors of a closed-form linearization."""
-    storages: dict[int, int] = {}
-
-    def pack(t: Tensor) -> Tensor:
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
-    def visit(obj: object) -> None:          # a closed form may hold other linearizations (sub-layers)
-        for value in vars(obj).values():
-            if isinstance(value, Tensor):
-                pack(value)
-            elif isinstance(value, ClosedForm):
-                visit(value)
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        lin = linearize(fn, x)
-    visit(lin)
-    return sum(storages.values())
 
 
 def _chunk_sizes(fn: Map, X: Tensor, vectors: int) -> tuple[int, int]:
@@ -301,8 +192,9 @@ def local_lipschitz(
     ``fn`` maps ``(B, n, d)`` to ``(B, n', d')`` acting on each batch element separately and
     deterministically (checked on the first chunk, :func:`lipnb.core.map_checks.check_map`: two evaluations, and for
     an autograd map a moved input and the first input alone; a sub-batch re-linearized is checked too); a
-    :class:`Linearizable` ``fn`` (e.g. :class:`lipnb.core.jacobian.MultiHeadMap`) brings its closed-form
-    Jacobian products (its output is checked against ``fn(X)``), any other is differentiated by autograd.
+    :class:`lipnb.core.linearization.Linearizable` ``fn`` (e.g. :class:`lipnb.core.jacobian.MultiHeadMap`)
+    brings its closed-form Jacobian products (its output is checked against ``fn(X)``), any other is
+    differentiated by autograd.
     ``method`` is ``"lanczos"`` (default) or the paper's ``"power"`` iteration, both on ``JᵀJ`` (rescaled by a
     power of two per input, so tiny and huge Jacobians neither underflow nor overflow).
 

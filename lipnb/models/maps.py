@@ -19,7 +19,7 @@ from transformers import BertModel, GPT2Model, LlamaModel
 from ..arguments import check_bool, check_index, check_sequence, check_token_ids, check_tokens
 from ..core.attention import MultiHead, causal_mask, single_head
 from ..core.jacobian import MultiHeadMap, concat_heads
-from ..core.lipschitz import Linearization
+from ..core.linearization import Linearization
 from ..core.sublayers import ResidualAttentionMap
 from .llama import attention_map as llama_map
 from .llama import head_A as llama_head_A
@@ -273,7 +273,7 @@ class LayerMap:
         return self.closed_form()(X) if self._module is None else self._module(X)
 
     def linearize(self, X: Tensor) -> Linearization:
-        """Closed-form ``jvp`` and ``vjp`` at the batch ``X`` (see :func:`lipnb.core.lipschitz.linearize`)."""
+        """Closed-form ``jvp`` and ``vjp`` at the batch ``X`` (see :func:`lipnb.core.linearization.linearize`)."""
         _check_input(X, self.model)
         return self.closed_form().linearize(X)
 
