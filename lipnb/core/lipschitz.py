@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numbers
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,10 +30,12 @@ from .krylov import (
     normalize,
     power_iteration,
 )
-from .linearization import Linearizable, Linearization, Linearized, Map, linearization_bytes, linearize
+from .linearization import Linearizable, Linearization, Linearized, linearization_bytes, linearize
 from .map_checks import check_map, check_same_map, relative_change
 
 __all__ = ["LipschitzResult", "NotConvergedWarning", "local_lipschitz"]
+
+Map = Callable[[Tensor], Tensor]
 
 
 class NotConvergedWarning(UserWarning):
