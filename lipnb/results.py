@@ -11,6 +11,11 @@ Both files are written to unique temporary names and renamed into place, so conc
 key (``pytest -n 2`` on a cold cache) never see each other's half-written files. A read verifies the
 provenance, the row count and the checksum; an entry that fails (truncated, garbage, a row missing, a
 half-written JSON) is recomputed with a warning, never returned.
+
+A CSV cell does not say whether ``1``, ``NA`` or an empty cell is a number, a gap or a label, so the JSON record
+also names the table's columns and its label columns (every value a string), and a read keeps those as strings
+(``""`` stays ``""``). A sweep's table is the one read back from the file it has just written, so a chapter sees
+the same table, dtypes included, whether it ran the sweep or found it cached.
 """
 
 from __future__ import annotations
@@ -140,11 +145,17 @@ class ResultTable:
         table = self.frame.pivot(index=index, columns=columns, values=value).sort_index().sort_index(axis=1)
         return torch.tensor(table.to_numpy(dtype="float64"))
 
+    def _label_columns(self) -> list[str]:
+        """The columns whose every value is a string (labels, ``""`` included), in order."""
+        return [column for column in self.columns if not pd.api.types.is_numeric_dtype(self.frame[column])
+                and all(isinstance(value, str) for value in self.frame[column])]
+
     def to_csv(self, path: Path) -> None:
-        """Write the rows to ``path`` (full float64 precision) and ``path`` + ``.json``: provenance, rows, checksum."""
+        """Write the rows to ``path`` (full float64 precision) and ``path`` + ``.json``: provenance, rows, columns,
+        label columns, checksum."""
         data = self.frame.to_csv(index=False, float_format="%.17g").encode()
-        record = {"provenance": dict(self.provenance), "rows": len(self.frame),
-                  "sha256": hashlib.sha256(data).hexdigest()}
+        record = {"provenance": dict(self.provenance), "rows": len(self.frame), "columns": self.columns,
+                  "labels": self._label_columns(), "sha256": hashlib.sha256(data).hexdigest()}
         _write_atomic(path, data)
         _write_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True, default=str).encode())
 
@@ -154,6 +165,7 @@ class ResultTable:
         try:
             record = json.loads(path.with_suffix(".json").read_text())
             provenance, rows, checksum = record["provenance"], record["rows"], record["sha256"]
+            columns, labels = list(record["columns"]), set(record["labels"])
         except FileNotFoundError:
             raise ValueError(f"{path.with_suffix('.json').name} is missing") from None
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
@@ -161,7 +173,11 @@ class ResultTable:
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != checksum:
             raise ValueError(f"{path.name} does not match the checksum in its provenance")
-        frame = pd.read_csv(path)
+        # Label columns are read as strings with no gaps; elsewhere only an empty cell (how NaN was written) is one.
+        frame = pd.read_csv(path, dtype={column: str for column in labels}, keep_default_na=False,
+                            na_values={column: [""] for column in columns if column not in labels})
+        if list(frame.columns) != columns:
+            raise ValueError(f"{path.name} has the columns {list(frame.columns)}; its provenance says {columns}")
         if len(frame) != rows:
             raise ValueError(f"{path.name} has {len(frame)} rows; its provenance says {rows}")
         return cls(frame, provenance)
@@ -211,7 +227,7 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     if not len(table):
         raise ValueError(f"sweep {name!r} produced an empty table (parameters {dict(params)}); nothing was cached")
     table.to_csv(path)
-    return table
+    return ResultTable.read_csv(path)
 
 
 def progress_bar(**options) -> tqdm:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 
@@ -29,6 +30,31 @@ def test_missing_values_stay_numbers(tmp_path) -> None:
     table.to_csv(tmp_path / "t.csv")
     back = ResultTable.read_csv(tmp_path / "t.csv")["x"]
     assert back[0] == 1.0 and back[1].isnan() and back[2].isinf()
+
+
+def test_labels_come_back_as_written(tmp_path) -> None:
+    # Labels a CSV reader takes for gaps or numbers ("", "NA", "None", "1") stay strings; numbers stay numbers.
+    columns = {"raised": ["", ""], "kind": ["NA", "None"], "code": ["1", "007"], "mixed": ["", "x"],
+               "x": [float("nan"), 2.5], "flag": [True, False]}
+    table = ResultTable.from_columns(columns, {})
+    table.to_csv(tmp_path / "t.csv")
+    back = ResultTable.read_csv(tmp_path / "t.csv").frame
+    for name in ("raised", "kind", "code", "mixed"):
+        assert back[name].tolist() == columns[name] and pd.api.types.is_string_dtype(back[name]), name
+    assert back["x"].dtype == "float64" and back["x"].isna().tolist() == [True, False]
+    assert back["flag"].dtype == bool and back["flag"].tolist() == [True, False]
+
+
+def test_a_sweep_returns_the_table_its_cache_holds(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Computed or read, the same frame: dtypes included (a float32 tensor, a column of None and booleans).
+    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+
+    def compute() -> dict:
+        return {"x": torch.tensor([0.1, 0.2], dtype=torch.float32), "ok": [True, None], "raised": ["", ""]}
+
+    cold, warm = cached_table("t", {}, compute), cached_table("t", {}, compute)
+    pd.testing.assert_frame_equal(cold.frame, warm.frame, check_exact=True)
+    assert cold.frame["raised"].tolist() == ["", ""] and cold.frame["x"].dtype == "float64"
 
 
 def test_where_and_pivot() -> None:

@@ -318,8 +318,7 @@ def certificate_flags(table: ResultTable) -> dict[str, Tensor]:
     lip, value, error, nearest = (table[c] for c in ("lip", "value", "error", "nearest"))
     eps = torch.tensor([torch.finfo(getattr(torch, t)).eps for t in f["dtype"]], dtype=torch.float64)
     slack = TRUTH_SLACK * lip
-    # "" (nothing raised) reads back from the cache as NaN, and a column of NaN only as float64
-    ran = torch.tensor((f["raised"].isna() | (f["raised"] == "")).to_numpy())
+    ran = torch.tensor((f["raised"] == "").to_numpy())
     bounds_nearest = (nearest - value).abs() <= error * value + slack
     bounds_top = (lip - value).abs() <= error * value + slack
     miss = 1 - value / lip
