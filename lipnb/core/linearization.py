@@ -171,11 +171,13 @@ def linearize(fn: Map, X: Tensor) -> Linearization:
 
 def linearization_bytes(fn: Map, x: Tensor) -> int:
     """Bytes kept by the linearization of ``fn`` at one input ``x`` ``(1, n, d)``: saved autograd tensors
-    and the tensors of a closed-form linearization."""
-    storages: dict[int, int] = {}
+    and the tensors of a closed-form linearization, each storage once. Every storage seen is held until the
+    count is done, so no address is reused by another within one measurement (which would make the count
+    depend on the allocator's state); a saved tensor that autograd frees early is counted too."""
+    storages: dict[int, torch.UntypedStorage] = {}
 
     def pack(t: Tensor) -> Tensor:
-        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage()
         return t
 
     def visit(obj: object) -> None:          # a closed form may hold other linearizations (sub-layers)
@@ -188,4 +190,4 @@ def linearization_bytes(fn: Map, x: Tensor) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         lin = linearize(fn, x)
     visit(lin)
-    return sum(storages.values())
+    return sum(storage.nbytes() for storage in storages.values())
