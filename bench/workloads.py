@@ -118,21 +118,30 @@ ORACLE_MAX_ITER = 1000
 WORKLOADS = {"chapter-10": 1, "issue-23": 2}          # name: threads
 
 
+def _low_precision(normal: krylov.NormalOperator, u: Tensor, low: bool = False) -> bool:
+    """Whether the product ``normal(u, low)`` runs in bfloat16 or float16 (the presolve, the relaxed steps)."""
+    return (normal.low if low else normal.lin).output.dtype in (torch.bfloat16, torch.float16)
+
+
 class Split:
-    """Timers around linearisation and the ``JᵀJ`` products of one ``local_lipschitz`` call (wall, CPU)."""
+    """Timers around linearisation and the ``JᵀJ`` products of one ``local_lipschitz`` call (wall, CPU); of the
+    products, those in bfloat16 or float16 (``low``) are also timed apart."""
 
     def __init__(self) -> None:
-        self.totals = {"linearize": [0.0, 0.0], "products": [0.0, 0.0]}
-        self.products = 0
+        self.totals = {"linearize": [0.0, 0.0], "products": [0.0, 0.0], "low": [0.0, 0.0]}
+        self.products = {"products": 0, "low": 0}
 
     def _wrap(self, part: str, fn: Callable) -> Callable:
         def timed_call(*args: object, **kwargs: object) -> object:
             wall, cpu = time.perf_counter(), time.process_time()
             out = fn(*args, **kwargs)
-            self.totals[part][0] += time.perf_counter() - wall
-            self.totals[part][1] += time.process_time() - cpu
-            if part == "products":
-                self.products += len(args[1])
+            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+            parts = [part, "low"] if part == "products" and _low_precision(*args, **kwargs) else [part]
+            for name in parts:
+                self.totals[name][0] += wall
+                self.totals[name][1] += cpu
+                if name in self.products:
+                    self.products[name] += len(args[1])
             return out
         return timed_call
 
@@ -149,11 +158,13 @@ class Split:
         finally:
             lipschitz_module.linearize = linearization_module.linearize = linearize
             krylov.NormalOperator.__call__ = call
-        lin, prod = self.totals["linearize"], self.totals["products"]
+        lin, prod, low = self.totals["linearize"], self.totals["products"], self.totals["low"]
         return {"wall_s": wall, "cpu_s": cpu, "linearize_wall_s": lin[0], "linearize_cpu_s": lin[1],
                 "products_wall_s": prod[0], "products_cpu_s": prod[1],
                 "solver_wall_s": wall - lin[0] - prod[0], "solver_cpu_s": cpu - lin[1] - prod[1],
-                "products_per_input": self.products / len(X)}
+                "products_per_input": self.products["products"] / len(X),
+                "low_products_wall_s": low[0], "low_products_cpu_s": low[1],
+                "low_products_per_input": self.products["low"] / len(X)}
 
 
 def product_cost(f: models.LayerMap, module: Callable, X: Tensor, repeats: int = 5) -> dict[str, float]:

@@ -230,7 +230,8 @@ class ColdTimes(_Json):
 
 @dataclass(frozen=True)
 class TimeSplit(_Json):
-    """Where a call's time goes: linearising, JᵀJ products and the solver (s), and products per input."""
+    """Where a call's time goes: linearising, JᵀJ products and the solver (s), and products per input; of the
+    products, those made with the low-precision twin (the bfloat16 presolve and relaxed steps), where recorded."""
     wall_s: float
     cpu_s: float
     linearize_wall_s: float
@@ -240,6 +241,9 @@ class TimeSplit(_Json):
     solver_wall_s: float
     solver_cpu_s: float
     products_per_input: float
+    low_products_wall_s: float | None = None
+    low_products_cpu_s: float | None = None
+    low_products_per_input: float | None = None
 
 
 @dataclass(frozen=True)
