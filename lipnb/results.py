@@ -21,6 +21,7 @@ the same table, dtypes included, whether it ran the sweep or found it cached.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -174,7 +175,8 @@ class ResultTable:
         if hashlib.sha256(data).hexdigest() != checksum:
             raise ValueError(f"{path.name} does not match the checksum in its provenance")
         # Label columns are read as strings with no gaps; elsewhere only an empty cell (how NaN was written) is one.
-        frame = pd.read_csv(path, dtype={column: str for column in labels}, keep_default_na=False,
+        # Parsed from the bytes just verified, not from the file again (which a concurrent writer may have replaced).
+        frame = pd.read_csv(io.BytesIO(data), dtype={column: str for column in labels}, keep_default_na=False,
                             na_values={column: [""] for column in columns if column not in labels})
         if list(frame.columns) != columns:
             raise ValueError(f"{path.name} has the columns {list(frame.columns)}; its provenance says {columns}")
