@@ -33,7 +33,7 @@ lint: $(STAMP)
 
 # Two single-threaded workers beat one two-threaded process here: most kernels are small, and
 # OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
-# tests/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
+# tests/book/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
 test: $(STAMP) lint browser
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env
 
@@ -45,8 +45,8 @@ test: $(STAMP) lint browser
 test-portable: $(STAMP)
 	cache=$${KEEP_CACHE:-$$(mktemp -d)} && { [ -n "$$KEEP_CACHE" ] || trap 'rm -rf "$$cache"' EXIT; } && \
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
-	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/test_browser.py \
-	  --ignore=tests/test_mutations.py --ignore=tests/test_mutations_part3.py
+	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/book/test_browser.py \
+	  --ignore=tests/book/test_mutations.py --ignore=tests/book/test_mutations_part3.py
 
 # Renders the outputs stored in each chapter's .ipynb (nothing is executed).
 book: $(STAMP)
@@ -54,17 +54,30 @@ book: $(STAMP)
 	@echo "Open $(CURDIR)/_build/html/index.html"
 
 # Headless Chromium for the browser test: Debian's package, installed when missing and apt-get can run;
-# otherwise tests/test_browser.py is skipped with a message saying so.
+# otherwise tests/book/test_browser.py is skipped with a message saying so.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 browser:
 	@command -v chromium >/dev/null || command -v chromium-browser >/dev/null || \
 	  { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the browser test will be skipped"
 
+# A chapter is a page of book/ with a paired notebook; the two pages at a glance read the others' stored ledgers
+# and states, so they are executed after every other chapter.
+GLANCE := book/results_at_a_glance.md book/theorems_at_a_glance.md
+CHAPTERS := $(filter-out $(GLANCE),$(patsubst %.ipynb,%.md,$(wildcard book/*.ipynb))) $(GLANCE)
+
 # Re-execute every chapter and store its outputs in the paired .ipynb; one chapter:
-# .venv/bin/python -m jupytext --sync --execute book/NN_name.md
+# .venv/bin/python -m jupytext --sync --execute book/name.md
 notebooks: $(STAMP)
-	for f in book/[0-9]*.md; do $(PY) -m jupytext --sync --execute "$$f" || exit 1; done
+	for f in $(CHAPTERS); do $(PY) -m jupytext --sync --execute "$$f" || exit 1; done
+
+# Bring each chapter's .ipynb in line with its edited .md (cells and sources; outputs kept, nothing executed).
+sync: $(STAMP)
+	for f in $(CHAPTERS); do $(PY) -m jupytext --sync "$$f" || exit 1; done
+
+# The unit tests of lipnb, floor by floor (tests/<floor>/), without the book's own tests (tests/book/).
+unit: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests --ignore=tests/book
 
 bench: $(STAMP)
 	$(PY) bench/lipschitz.py

@@ -96,7 +96,14 @@ def extract_landing_figure(app: Sphinx) -> None:
         (folder / "figure.svg").write_text(data if isinstance(data, str) else "".join(data))
 
 
+def exclude_paired_sources(app: Sphinx, config) -> None:
+    """A chapter is built from its .ipynb (stored outputs), never from the paired .md of the same name."""
+    book = Path(app.srcdir) / "book"
+    config.exclude_patterns += [f"book/{p.name}" for p in sorted(book.glob("*.md")) if p.with_suffix(".ipynb").exists()]
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
+    app.connect("config-inited", exclude_paired_sources)
     app.add_config_value("landing_figure", {}, "env")
     app.connect("builder-inited", extract_landing_figure)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)

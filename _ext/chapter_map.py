@@ -1,6 +1,6 @@
 """The README's chapter map, generated from ``_toc.yml`` and each chapter's title.
 
-``python _ext/chapter_map.py`` rewrites the table between the two markers in README.md; tests/test_book.py
+``python _ext/chapter_map.py`` rewrites the table between the two markers in README.md; tests/book/test_book.py
 fails when the README's map differs from the one this builds (a chapter added, moved or retitled).
 """
 

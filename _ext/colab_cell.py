@@ -73,7 +73,7 @@ def _update_ipynb(path: Path, source: str) -> None:
 
 def main() -> None:
     source = first_cell()
-    for chapter in sorted((ROOT / "book").glob("[0-9]*.md")):
+    for chapter in sorted(p for p in (ROOT / "book").glob("*.md") if p.with_suffix(".ipynb").exists()):
         _update_md(chapter, source)
         _update_ipynb(chapter.with_suffix(".ipynb"), source)
         print("first cell written:", chapter.relative_to(ROOT))

@@ -12,7 +12,7 @@ On these inputs, in one process, interleaved and repeated (medians reported):
 ``lipnb``
     ``lipnb.local_lipschitz(attention_map(model, layer, kind), X, tol=1e-4)``, as a user calls it: the
     map's closed-form products (Lemma C.2, with LayerNorm and the residual for ``kind="block"``; equal
-    to the module in tests/test_models.py) with ``tol=1e-4``: the relative residual of ``σ²``
+    to the module in tests/models/test_models.py) with ``tol=1e-4``: the relative residual of ``σ²``
     at most ``1e-4``, so ``σ`` within ``5e-5`` of the singular value it approximates, the accuracy the
     issue asks of both methods. Default ``presolve="auto"``: bfloat16 starting vectors where the device
     multiplies bfloat16 natively. Timed as a user calls it, values only (the paper's method returns

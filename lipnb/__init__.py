@@ -13,7 +13,7 @@ Each floor imports only from the floors below it (``import-linter`` holds this, 
   measures, L2 attention);
 * at the top of the package, what every floor and chapter uses: argument checks (:mod:`lipnb.arguments`), texts
   (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`) and what
-  a chapter does with its numbers (:mod:`lipnb.report`, :mod:`lipnb.figures`).
+  a chapter does with its numbers (:mod:`lipnb.report`).
 
 The names users call (:func:`local_lipschitz` and the maps) are here; every module is reachable as an attribute
 (``lipnb.core.krylov``) and imported on first use, so ``import lipnb`` loads neither ``transformers`` nor

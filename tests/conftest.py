@@ -4,7 +4,7 @@
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
 * Random problems drawn by tests in several files (``from conftest import random_attention_params``):
   ``random_multihead``, ``random_head_matrix``, ``random_attention_problem``, ``random_attention_params``.
-* Mutation tests edit an implementation and run a chapter's own cells: ``tests/chapter_mutations.py``.
+* Mutation tests edit an implementation and run a chapter's own cells: ``tests/book/chapter_mutations.py``.
 """
 
 from __future__ import annotations

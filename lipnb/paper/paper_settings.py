@@ -2,7 +2,7 @@
 
 Every constant names the script and line it comes from. The random GPT-2 of the scripts is drawn by
 ``torch.manual_seed(seed)`` then ``GPT2Model(GPT2Config())``: the installed ``transformers`` draws the same
-weights as the pinned 4.37.2 (``tests/test_published.py`` pins them), so those settings run here exactly.
+weights as the pinned 4.37.2 (``tests/paper/test_published.py`` pins them), so those settings run here exactly.
 """
 
 from __future__ import annotations
