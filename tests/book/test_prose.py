@@ -2,7 +2,8 @@
 
 The test reads every chapter ``book/*.md`` (a page with a paired notebook) and fails on any *decimal number*
 (``0.511``, ``1,5`` is not one), *percentage* (``20%``, ``40 percent``), *power of ten written with
-superscripts* (``10⁻⁶``) or *approximate value* (``≈ 120``, ``about 4.5``) left in the prose once the following are removed:
+superscripts* (``10⁻⁶``) or *approximate value* (``≈ 120``, ``about 4.5``) left in the prose once the
+following are removed:
 
 - the front matter, code cells (```` ```{code-cell} ````) and ```` ```{math} ```` blocks;
 - the option lines of directives (``:label: ...``, ``:class: ...``) and label targets ``(name)=``;
