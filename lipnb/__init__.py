@@ -11,13 +11,15 @@ Each floor imports only from the floors below it (``import-linter`` holds this, 
   heads, quantisation;
 * :mod:`lipnb.core`: the mathematics (maps, Jacobians, the Krylov solvers and the estimator, bounds, inputs,
   measures, L2 attention);
-* at the top of the package, what every floor and chapter uses: argument checks (:mod:`lipnb.arguments`), texts
-  (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`) and what
-  a chapter does with its numbers (:mod:`lipnb.report`).
+* at the top of the package (the ground floor), what every floor uses: argument checks (:mod:`lipnb.arguments`),
+  texts (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`);
+* above every numerical floor, the presentation floor :mod:`lipnb.report`: what a chapter does with its numbers
+  (state, check, tabulate, draw).
 
-The names users call (:func:`local_lipschitz` and the maps) are here; every module is reachable as an attribute
-(``lipnb.core.krylov``) and imported on first use, so ``import lipnb`` loads neither ``transformers`` nor
-``pandas``.
+The published surface: the names users call (:func:`local_lipschitz`, the maps, the profiles and texts) are here;
+each floor publishes its own in its ``PUBLISHED`` map (``from lipnb.core import theorem_3_3``), and chapters import
+nothing else. Every module is reachable as an attribute (``lipnb.core.krylov``) and imported on first use, so
+``import lipnb`` loads neither ``transformers`` nor ``pandas``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .core.attention import MultiHead, attention_matrix, mask_future, multihead_
 from .core.dense import exact_local_lipschitz, jacobian_matrix, weighted_operator_norm
 from .core.jacobian import MultiHeadMap, lemma_c_2_jvp
 from .core.lipschitz import LipschitzResult, NotConvergedWarning, local_lipschitz
-from .lazy import lazy_modules
+from .lazy import lazy_modules, published_names
 
 __all__ = [
     "LipschitzResult",
@@ -47,5 +49,11 @@ __all__ = [
     "weighted_operator_norm",
 ]
 
+# The ground floor's published names, imported on first use.
+PUBLISHED: dict[str, tuple[str, ...]] = {
+    "data": ("ag_news_texts", "alice_text", "dataset_text", "token_sequences"),
+    "profiles": ("default_device", "profile", "set_profile"),
+}
+__all__ += sorted(published_names(__name__, PUBLISHED))
 # Every module and floor of the package, found on disk so that none is left out: imported on first access.
-__getattr__, __dir__ = lazy_modules(__name__, __file__, globals())
+__getattr__, __dir__ = lazy_modules(__name__, __file__, globals(), PUBLISHED)

@@ -16,7 +16,7 @@ from scipy.special import lambertw
 from torch import Tensor
 
 from .dense import jacobian_matrix
-from .l2_attention import L2Heads
+from .l2_self_attention import L2Heads
 
 __all__ = [
     "exact_local_lipschitz_inf",

@@ -34,11 +34,11 @@ def adversarial_sweep(model_name: str, layer: int, lengths: Iterable[int], R: fl
     Columns: ``model, layer, head, kind, A_source, estimator, R, n, lip``: ``head`` is the head whose ``A`` built
     the input (and, for ``kind="head"``, the head measured). Arguments are checked before any work.
     """
-    models.check_model_name(model_name)
+    models.maps.check_model_name(model_name)
     layer, lengths = check_positive_int(layer, "layer", 0), check_lengths(lengths, minimum=2)
     R = float(as_radius(R, "R"))
     heads = None if heads is None else check_lengths(heads, "heads", minimum=0)
-    kinds = [models.check_kind(kind) for kind in check_sequence(kinds, "kinds")]
+    kinds = [models.maps.check_kind(kind) for kind in check_sequence(kinds, "kinds")]
     if len(set(kinds)) != len(kinds):
         raise ValueError(f"kinds must be distinct; got {kinds}")
     check_choice(A_source, "A_source", ("head", "published"))
@@ -75,7 +75,7 @@ def head_gamma_table(model_name: str, lengths: Iterable[int], per_length: int) -
     (the same for every head of a layer). A cached table; ``table.pivot("gamma", "layer", "head")`` gives the
     ``(L, H)`` matrix.
     """
-    models.check_model_name(model_name)
+    models.maps.check_model_name(model_name)
     lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
     params = {"model": model_name, "lengths": lengths, "per_length": per_length}
 

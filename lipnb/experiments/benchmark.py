@@ -6,7 +6,7 @@ typed records, how to tabulate them).
 record per run. The records committed with lipnb ship inside the package (``lipnb/experiments/benchmark_records/``),
 so they are found after any install; the environment variable ``LIPNB_BENCH_DIR`` names another folder to read and
 write instead.
-:func:`load_record` reads one as a typed record of :mod:`lipnb.experiments.benchmark_schema`.
+:func:`benchmark_record` reads one as a typed record of :mod:`lipnb.experiments.benchmark_schema`.
 """
 
 from __future__ import annotations
@@ -29,9 +29,22 @@ from .benchmark_schema import (
 )
 
 __all__ = [
-    "ENV_VAR", "METHOD_LABELS", "PAPER_BASELINES", "Table", "cpu_speedup", "decomposition", "default_call",
-    "lipnb_calls", "load_record", "paper_profile_seconds", "provenance", "record_path", "records_dir",
-    "relative_errors", "table", "workload_table",
+    "ENV_VAR",
+    "METHOD_LABELS",
+    "PAPER_BASELINES",
+    "Table",
+    "benchmark_record",
+    "cpu_speedup",
+    "decomposition",
+    "default_call",
+    "lipnb_calls",
+    "paper_profile_seconds",
+    "provenance",
+    "record_path",
+    "records_dir",
+    "relative_errors",
+    "table",
+    "workload_table",
 ]
 
 ENV_VAR = "LIPNB_BENCH_DIR"
@@ -56,7 +69,7 @@ def record_path(name: str) -> Path:
     return records_dir() / f"{name}.json"
 
 
-def load_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | PaperProfileRecord | None:
+def benchmark_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | PaperProfileRecord | None:
     """A recorded benchmark by name (or path), or ``None`` when it was never recorded: a :class:`WorkloadRecord`
     when it lists the ``calls`` it timed (``bench/workloads.py``), a :class:`PaperProfileRecord` when it names
     the ``profile`` it timed (``bench/paper_profile.py``), else a :class:`LipschitzRecord`."""

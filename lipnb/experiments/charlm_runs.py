@@ -7,7 +7,7 @@ and writes it as JSON, with the curves and their provenance, into ``lipnb/experi
 ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4), ``agnews-deep`` (depths 8 and 12,
 fewer steps, trained later) and ``agnews-depth`` (dot-product and tied L2 only, depths 16 and 24, three seeds
 each, fewer steps again: Kim et al.'s claim that dot-product attention fails beyond ten layers). A chapter
-reads them with :func:`load_record` and re-runs the first steps of each run with :func:`replay`.
+reads them with :func:`charlm_record` and re-runs the first steps of each run with :func:`replay_charlm`.
 """
 
 from __future__ import annotations
@@ -33,9 +33,27 @@ from .. import __version__
 from ..data import ag_news_texts
 from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
 
-__all__ = ["KINDS", "RECORD", "RECORDS", "SETTINGS", "agnews_corpus", "cpu_name", "first_below", "git_state",
-           "kinds_of", "load_record", "main", "record_of", "record_path", "replay", "rises", "run_settings",
-           "seeds_of", "value_at", "write_record"]
+__all__ = [
+    "KINDS",
+    "RECORD",
+    "RECORDS",
+    "SETTINGS",
+    "agnews_corpus",
+    "charlm_record",
+    "cpu_name",
+    "first_below",
+    "git_state",
+    "kinds_of",
+    "main",
+    "record_of",
+    "record_path",
+    "replay_charlm",
+    "rises",
+    "run_settings",
+    "seeds_of",
+    "value_at",
+    "write_record",
+]
 
 KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
 RECORD = "agnews"
@@ -92,7 +110,7 @@ def record_path(name: str = RECORD) -> Path:
     return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
 
 
-def load_record(name: str = RECORD) -> dict:
+def charlm_record(name: str = RECORD) -> dict:
     """The committed record ``name``: settings, provenance and one curve per (kind, depth)."""
     if name not in RECORDS:
         raise ValueError(f"name must be one of {list(RECORDS)}; got {name!r}")
@@ -103,7 +121,7 @@ def load_record(name: str = RECORD) -> dict:
     return json.loads(path.read_text())
 
 
-def replay(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
+def replay_charlm(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
     """The first ``steps`` steps of the recorded run (``kind``, ``depth``, ``seed``), re-run here with its settings
     (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`)."""
     train, valid, alphabet = agnews_corpus()
@@ -181,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = json.loads(out.read_text())
         per_run = []  # each run's largest difference, in the order of the runs
         for run in record["runs"]:
-            row = replay(run["kind"], run["depth"], SETTINGS["log_every"], seed=run.get("seed", 0))[0]
+            row = replay_charlm(run["kind"], run["depth"], SETTINGS["log_every"], seed=run.get("seed", 0))[0]
             ref = run["rows"][0]
             per_run.append(max(abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"])))
         drift = max(per_run)

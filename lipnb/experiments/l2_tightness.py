@@ -17,8 +17,8 @@ from ..core.attention import self_attention
 from ..core.bounds import theorem_3_3
 from ..core.dense import exact_local_lipschitz, jacobian_matrix
 from ..core.inputs import ball_tokens, gradient_ascent, maximize_local_lipschitz, quadratic_growth_input
-from ..core.l2_attention import L2AttentionMap, L2Heads, l2_attention
 from ..core.l2_bounds import phi_inverse, theorem_3_2_inf, theorem_3_2_two, theorem_3_2_two_as_printed
+from ..core.l2_self_attention import L2AttentionMap, L2Heads, l2_attention
 from ..results import ResultTable, cached_table, progress
 from .stats import fit_line
 

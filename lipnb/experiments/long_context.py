@@ -11,8 +11,8 @@ otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of ea
 concentration of its attention rows are recorded too. ``--layers``, ``--windows``, ``--heads`` and ``--record``
 measure another grid: ``GPU_RECORD`` holds every layer at nine lengths from 512 to 8,192 (a factor √2 apart), three
 windows per text and length, ``FOCUS``'s heads at each, the rounding draws and sinks at 512, 2,048 and 8,192,
-measured on one GPU. A chapter reads a record with :func:`load_record`, compares two with :func:`agreement` and
-re-measures a slice with :func:`replay`.
+measured on one GPU. A chapter reads a record with :func:`long_context_record`, compares two with :func:`agreement` and
+re-measures a slice with :func:`replay_long_context`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,8 @@ from .charlm_runs import cpu_name, git_state, write_record
 from .real_text import token_radius
 
 __all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "MODEL", "RECORD", "RECORDS", "WINDOWS",
-           "agreement", "attention_rows",
-           "head_table", "layer_table", "load_record", "main", "measure_text", "record_path", "replay",
-           "rounding_sensitivity", "rounding_steps", "sink_terms"]
+           "agreement", "attention_rows", "head_table", "layer_table", "long_context_record", "main", "measure_text",
+           "record_path", "replay_long_context", "rounding_sensitivity", "rounding_steps", "sink_terms"]
 
 MODEL, RECORD = "smollm2", "smollm2-long"
 GPU_RECORD = "smollm2-long-gpu"   # every layer at nine lengths, three windows, on one GPU
@@ -64,7 +63,7 @@ def record_path(name: str = RECORD) -> Path:
     return Path(__file__).with_name("long_context_records") / f"{name}.json"
 
 
-def load_record(name: str = RECORD) -> dict:
+def long_context_record(name: str = RECORD) -> dict:
     """A stored record: ``rows`` (one per text, length, window and layer), ``heads``, ``provenance``."""
     return json.loads(record_path(name).read_text())
 
@@ -197,15 +196,15 @@ def _peak_rss_gib() -> float:
 
 def layer_table(record: dict | None = None) -> pd.DataFrame:
     """The record's layer rows as a table."""
-    return pd.DataFrame((record or load_record())["rows"])
+    return pd.DataFrame((record or long_context_record())["rows"])
 
 
 def head_table(record: dict | None = None) -> pd.DataFrame:
     """The record's per-head rows (layer ``FOCUS``) as a table."""
-    return pd.DataFrame((record or load_record())["heads"])
+    return pd.DataFrame((record or long_context_record())["heads"])
 
 
-def replay(text: str, n: int, layer: int, record: dict | None = None) -> pd.DataFrame:
+def replay_long_context(text: str, n: int, layer: int, record: dict | None = None) -> pd.DataFrame:
     """Re-measure ``record``'s (default the CPU record's) windows of ``text`` at ``n`` for ``layer`` here, beside
     the recorded values."""
     stored = layer_table(record)

@@ -93,12 +93,12 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
     (``kind="mha"``), also ``bound`` (Lemma 3.8 + Theorem E.3 at ``max_norm``), ``data_bound`` (Lemma 3.8 +
     Theorem C.3 at ``X``) and ``column_sum``, the largest ``Σ_i P_ij`` over tokens ``j`` and heads.
     """
-    models.check_model_name(model_name)
+    models.maps.check_model_name(model_name)
     check_choice(dataset, "dataset", data.DATASETS)
     lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
     layers = None if layers is None else [check_positive_int(i, "each of layers", 0) for i in
                                           check_sequence(layers, "layers")]
-    models.check_kind(kind)
+    models.maps.check_kind(kind)
     if kind == "head":
         head = check_positive_int(0 if head is None else head, "head", 0)
     elif head is not None:
@@ -115,7 +115,7 @@ def real_text_sweep(model_name: str, dataset: str, lengths: Iterable[int], per_l
         model, tokenizer = models.load_shared(model_name)
         check_lengths(lengths, maximum=model.config.max_position_embeddings)
         mapped = model
-        if masked is False and model_name in models.UNMASKED_TWIN and kind in models.MODULE_KINDS:
+        if masked is False and model_name in models.UNMASKED_TWIN and kind in models.maps.MODULE_KINDS:
             mapped = models.load_shared(models.UNMASKED_TWIN[model_name])[0]
         causal = models.is_decoder(mapped) if masked is None else masked
         chosen = list(range(models.num_layers(model))) if layers is None else layers
@@ -158,7 +158,7 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
 
     Columns ``layer, n, sequence, radius``; one forward per length, no Jacobian (cheap, cached).
     """
-    models.check_model_name(model_name)
+    models.maps.check_model_name(model_name)
     check_choice(dataset, "dataset", data.DATASETS)
     lengths, per_length = check_lengths(lengths), check_positive_int(per_length, "per_length")
     params = {"model": model_name, "dataset": dataset, "lengths": lengths, "per_length": per_length}

@@ -87,7 +87,7 @@ def random_gpt2_attention(model: nn.Module, layer: int) -> Map:
 def training_inputs(model: nn.Module, layer: int, input_ids: Tensor) -> Tensor:
     """The input of block ``layer``'s attention (``ln_1`` output) in a forward in the model's current mode, as the
     published forward hook captured it (training mode: dropout in the embeddings and earlier blocks)."""
-    return models.capture_inputs(model, input_ids, {layer: model.h[layer].attn})[layer]
+    return models.maps.capture_inputs(model, input_ids, {layer: model.h[layer].attn})[layer]
 
 
 def decoder_output_tuple_map(model: nn.Module, layer: int) -> Map:

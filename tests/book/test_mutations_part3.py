@@ -1,6 +1,6 @@
 """Mutation test of Part III (chapters 31, 33 and 35): each chapter check can fail.
 
-Each mutation replaces one formula of ``lipnb.core.l2_attention``, ``lipnb.core.l2_bounds``,
+Each mutation replaces one formula of ``lipnb.core.l2_self_attention``, ``lipnb.core.l2_bounds``,
 ``lipnb.core.invertible`` or ``lipnb.experiments.charlm`` by a wrong one: a factor dropped, a power of a weight
 norm changed, the Lambert-W argument of the paper's print, a sign flipped. Under it, the chapter named runs its
 own code cells from an empty results cache and the check named must be the first to fail (the mechanism:
@@ -22,7 +22,7 @@ from chapter_mutations import ChapterMutation, apply, chapter_mutation_test, iso
 from scipy.special import lambertw
 
 from lipnb.core import invertible, l2_bounds
-from lipnb.core.l2_attention import L2Heads, L2Linearization
+from lipnb.core.l2_self_attention import L2Heads, L2Linearization
 from lipnb.experiments import charlm
 
 f64 = torch.float64

@@ -10,8 +10,8 @@ from lipnb.core.attention import self_attention
 from lipnb.core.bounds import theorem_3_3
 from lipnb.core.inputs import quadratic_growth_input
 from lipnb.core.invertible import contraction_coefficient, fixed_point_inverse, geometric_rate, residual_map
-from lipnb.core.l2_attention import L2AttentionMap
 from lipnb.core.l2_bounds import theorem_3_2_two
+from lipnb.core.l2_self_attention import L2AttentionMap
 from lipnb.experiments.l2_tightness import identity_head, maximize_l2_lipschitz, proof_start
 
 

@@ -10,7 +10,7 @@ from conftest import random_attention_params, random_attention_problem, random_h
 from lipnb import jacobian_matrix, self_attention
 from lipnb.core.bounds import theorem_3_7_limit
 from lipnb.core.jacobian import jacobian_block_norms, lemma_c_2_term_matrices, score_gaps, selection_jacobian
-from lipnb.core.l2_attention import L2Heads, l2_attention
+from lipnb.core.l2_self_attention import L2Heads, l2_attention
 
 F64 = torch.float64
 

@@ -8,7 +8,6 @@ import torch
 from hypothesis import given, settings
 
 from lipnb import exact_local_lipschitz
-from lipnb.core.l2_attention import L2AttentionMap, L2Heads, random_l2_heads
 from lipnb.core.l2_bounds import (
     exact_local_lipschitz_inf,
     phi_inverse,
@@ -17,6 +16,7 @@ from lipnb.core.l2_bounds import (
     theorem_3_2_two,
     theorem_3_2_two_as_printed,
 )
+from lipnb.core.l2_self_attention import L2AttentionMap, L2Heads, random_l2_heads
 from lipnb.experiments.l2_tightness import maximize_l2_lipschitz, proof_start
 
 

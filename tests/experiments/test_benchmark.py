@@ -67,7 +67,7 @@ def _unread_keys(raw: object, parsed: object, path: str = "") -> list[str]:
 @pytest.mark.parametrize("name", sorted(RECORDS))
 def test_every_shipped_record_parses_into_its_type(name: str) -> None:
     """Every record shipped with lipnb loads as its typed record (by its content), every JSON key a field."""
-    record = benchmark.load_record(name)
+    record = benchmark.benchmark_record(name)
     assert type(record) is RECORDS[name] and record.runs
     raw = json.loads(benchmark.record_path(name).read_text())
     assert _unread_keys(raw, record) == []
@@ -96,7 +96,7 @@ def test_records_ship_with_lipnb_and_tabulate() -> None:
     per (run, method), as HTML for Jupyter and Markdown for print; the speedup is fewer FLOPs times
     faster FLOPs."""
     assert benchmark.records_dir().parent == Path(benchmark.__file__).parent
-    record = benchmark.load_record("lipschitz-cpu")
+    record = benchmark.benchmark_record("lipschitz-cpu")
     assert isinstance(record, LipschitzRecord)
     table = benchmark.table(record)
     assert len(table.rows) == sum(len(row.methods) for row in record.runs)
@@ -113,7 +113,7 @@ def test_records_ship_with_lipnb_and_tabulate() -> None:
 
 def test_provenance_is_one_line_of_when_where_and_with_what() -> None:
     """The GPU record's provenance: its date, device, threads, load, versions and matrix-product peaks."""
-    gpu = benchmark.load_record("lipschitz-cuda")
+    gpu = benchmark.benchmark_record("lipschitz-cuda")
     assert isinstance(gpu, LipschitzRecord) and gpu.provenance_note
     line = benchmark.provenance(gpu)
     assert line.startswith(f"{gpu.date[:10]}, {gpu.device_name} (cuda, {gpu.threads} threads, load average ")
@@ -125,7 +125,7 @@ def test_paper_profile_seconds_sums_what_ran_and_extrapolates_the_rest() -> None
     """Per kind of sweep: the measured seconds, their mean, and a total that counts each sweep that did not run
     at its kind's mean (here 10 + 20 measured, 3 + 5 measured and two adversarial sweeps at 4 s); a kind with
     nothing measured is refused, not guessed."""
-    record = benchmark.load_record("paper-profile-cuda")
+    record = benchmark.benchmark_record("paper-profile-cuda")
     assert isinstance(record, PaperProfileRecord)
     runs = (SweepTiming("real_text a", 5, True, 50, 10.0), SweepTiming("real_text b", 5, True, 50, 20.0),
             SweepTiming("adversarial layer 0", 8, True, 8, 3.0), SweepTiming("adversarial layer 1", 8, True, 8, 5.0),
@@ -141,7 +141,7 @@ def test_paper_profile_seconds_sums_what_ran_and_extrapolates_the_rest() -> None
 def test_run_finds_the_run_of_a_length_and_map() -> None:
     """``record.run(n, kind)`` is the one run at that length of that map (``"self"`` by default); none is a
     LookupError."""
-    kinds, recorded = benchmark.load_record("lipschitz-cpu-kinds"), benchmark.load_record("lipschitz-cpu")
+    kinds, recorded = benchmark.benchmark_record("lipschitz-cpu-kinds"), benchmark.benchmark_record("lipschitz-cpu")
     assert isinstance(kinds, LipschitzRecord) and isinstance(recorded, LipschitzRecord)
     for row in kinds.runs:
         assert kinds.run(row.n, row.kind) is row
@@ -153,8 +153,8 @@ def test_run_finds_the_run_of_a_length_and_map() -> None:
 def test_default_call_is_the_call_with_the_defaults() -> None:
     """``default_call(run)``: the entry ``"default"`` where a run has one (``bench/workloads.py``), else the
     first method that is not the paper's loop (``bench/lipschitz.py``: ``"lipnb"``)."""
-    work = benchmark.load_record("lipschitz-cpu-workloads")
-    recorded = benchmark.load_record("lipschitz-cpu")
+    work = benchmark.benchmark_record("lipschitz-cpu-workloads")
+    recorded = benchmark.benchmark_record("lipschitz-cpu")
     assert isinstance(work, WorkloadRecord) and isinstance(recorded, LipschitzRecord)
     assert {benchmark.default_call(row) for row in work.runs} == {"default"}
     assert {benchmark.default_call(row) for row in recorded.runs} == {"lipnb"}
@@ -165,12 +165,12 @@ def test_default_call_is_the_call_with_the_defaults() -> None:
 
 def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``LIPNB_BENCH_DIR`` names another folder: records are read from it, missing ones are ``None``."""
-    shipped = benchmark.load_record("lipschitz-cpu-gpt2")
+    shipped = benchmark.benchmark_record("lipschitz-cpu-gpt2")
     monkeypatch.setenv(benchmark.ENV_VAR, str(tmp_path))
-    assert benchmark.records_dir() == tmp_path and benchmark.load_record("lipschitz-cpu") is None
+    assert benchmark.records_dir() == tmp_path and benchmark.benchmark_record("lipschitz-cpu") is None
     assert shipped is not None
     benchmark.record_path("mine").write_text(json.dumps(dataclasses.asdict(shipped)))
-    assert benchmark.load_record("mine") == shipped
+    assert benchmark.benchmark_record("mine") == shipped
     assert benchmark.relative_errors([1.1, 0.9], [1.0, 1.0]) == pytest.approx([0.1, 0.1])
 
 
@@ -178,7 +178,7 @@ def test_workload_record_ships_and_tabulates() -> None:
     """``bench/workloads.py``'s record (both workloads, one run) ships with lipnb and tabulates one line per
     (workload, call); its speedups are the paper's medians over each call's, and each call's time split
     adds up to its total."""
-    record = benchmark.load_record("lipschitz-cpu-workloads")
+    record = benchmark.benchmark_record("lipschitz-cpu-workloads")
     assert isinstance(record, WorkloadRecord)
     assert {row.workload for row in record.runs} >= {"chapter-10", "issue-23"}
     table = benchmark.workload_table(record)

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from lipnb.core.l2_attention import L2AttentionMap, L2Heads
 from lipnb.core.l2_bounds import theorem_3_2_two
+from lipnb.core.l2_self_attention import L2AttentionMap, L2Heads
 from lipnb.experiments.charlm import Attention, CharLM, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
 
 

@@ -15,8 +15,8 @@ from lipnb.experiments.charlm_runs import (
     KINDS,
     RECORDS,
     SETTINGS,
+    charlm_record,
     kinds_of,
-    load_record,
     record_of,
     run_settings,
     seeds_of,
@@ -25,7 +25,7 @@ from lipnb.experiments.charlm_runs import (
 
 @pytest.mark.parametrize("name", list(RECORDS))
 def test_record_is_complete_with_provenance(name: str) -> None:
-    record, spec = load_record(name), RECORDS[name]
+    record, spec = charlm_record(name), RECORDS[name]
     cells = {(k, d, s) for k in kinds_of(name) for d in spec["depths"] for s in seeds_of(name)}
     # each cell once, the shallower depths first, then by seed, then by kind
     order = sorted(cells, key=lambda c: (c[1], seeds_of(name).index(c[2]), kinds_of(name).index(c[0])))
@@ -56,7 +56,7 @@ def test_run_settings_follow_the_record_of_each_depth() -> None:
     with pytest.raises(ValueError, match="seed"):
         run_settings(8, 1)  # the record at depth 8 has seed 0 only
     with pytest.raises(ValueError, match="name"):
-        load_record("ptb")
+        charlm_record("ptb")
 
 
 @pytest.fixture
@@ -84,11 +84,11 @@ def test_seeded_record_trains_every_cell_shallower_depths_first(tiny: None, tmp_
     # another seed, another initialisation and other batches: other curves
     assert runs["dot", 3, 5][0]["train_bpc"] != runs["dot", 3, 0][0]["train_bpc"]
     # the same seed, re-run: the same first row, exactly
-    again = charlm_runs.replay("dot", 3, 2, seed=5)[0]
+    again = charlm_runs.replay_charlm("dot", 3, 2, seed=5)[0]
     assert (again["train_bpc"], again["valid_bpc"]) == (runs["dot", 3, 5][0]["train_bpc"],
                                                         runs["dot", 3, 5][0]["valid_bpc"])
     with pytest.raises(ValueError, match="seed"):
-        charlm_runs.replay("dot", 3, 2, seed=1)
+        charlm_runs.replay_charlm("dot", 3, 2, seed=1)
 
 
 def test_drift_replays_each_run_with_its_own_seed(tiny: None, tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from lipnb import exact_local_lipschitz
-from lipnb.core.l2_attention import L2AttentionMap, random_l2_heads
 from lipnb.core.l2_bounds import exact_local_lipschitz_inf, phi_inverse, theorem_3_2_two, theorem_3_2_two_as_printed
+from lipnb.core.l2_self_attention import L2AttentionMap, random_l2_heads
 from lipnb.experiments.l2_tightness import (
     fitted_rates,
     identity_head,

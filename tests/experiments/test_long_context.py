@@ -46,7 +46,7 @@ def test_bad_requests_are_refused_before_any_work() -> None:
     with pytest.raises(ValueError, match="n must be one of"):
         lc.measure_text("alice", 300)
     with pytest.raises(ValueError, match="no rows"):
-        lc.replay("alice", 1024, 3)
+        lc.replay_long_context("alice", 1024, 3)
     with pytest.raises(ValueError, match="name"):
         lc.record_path("smollm2-short")
     with pytest.raises(ValueError, match="n"):
@@ -54,7 +54,7 @@ def test_bad_requests_are_refused_before_any_work() -> None:
 
 
 def test_the_gpu_record_holds_every_layer_at_every_length() -> None:
-    record = lc.load_record(lc.GPU_RECORD)
+    record = lc.long_context_record(lc.GPU_RECORD)
     table = lc.layer_table(record)
     lengths = record["grid"]["lengths"]
     assert sorted(set(table.n)) == lengths

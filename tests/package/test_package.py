@@ -85,3 +85,103 @@ def test_no_import_inside_a_function_but_the_listed_ones() -> None:
                         found |= {(path.relative_to(ROOT.parent).as_posix(), a.name) for a in node.names}
     assert found == set(DEFERRED_IMPORTS), (f"unlisted: {sorted(found - set(DEFERRED_IMPORTS))}; "
                                             f"listed but gone: {sorted(set(DEFERRED_IMPORTS) - found)}")
+
+
+# The published surface: the top of the package and each floor publish names (``PUBLISHED``); chapters use nothing
+# else, so that a function may move between the modules of its floor without a chapter noticing.
+FLOORS = ("core", "models", "paper", "experiments", "report")
+
+
+def _published(floor: str) -> set[str]:
+    return set((lipnb if floor == "lipnb" else getattr(lipnb, floor)).__all__)
+
+
+@pytest.mark.parametrize("floor", ["lipnb", *FLOORS])
+def test_every_published_name_lives_in_the_module_that_publishes_it(floor: str) -> None:
+    """A published name resolves, and a function or class is defined where its floor says (one home each)."""
+    package = lipnb if floor == "lipnb" else getattr(lipnb, floor)
+    owner = {name: module for module, names in getattr(package, "PUBLISHED", {}).items() for name in names}
+    for name in package.__all__:
+        value = getattr(package, name)
+        if name in owner and (inspect.isfunction(value) or inspect.isclass(value)):
+            assert value.__module__ == f"{package.__name__}.{owner[name]}", f"{package.__name__}.{name}"
+
+
+def _chapter_code(chapter: Path) -> ast.Module:
+    import jupytext
+
+    cells = [c.source for c in jupytext.read(chapter).cells if c.cell_type == "code"]
+    lines = [line for cell in cells for line in cell.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    return ast.parse("\n".join(lines))
+
+
+def unpublished_uses(tree: ast.Module) -> list[str]:
+    """Every ``lipnb`` name a chapter's code uses that is not published: a module reached below a floor
+    (``lipnb.core.bounds``), or a name its floor does not publish."""
+    floors = {f"lipnb.{f}": _published(f) for f in FLOORS} | {"lipnb": _published("lipnb") | set(FLOORS)}
+    aliases: dict[str, str] = {}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("lipnb"):
+                    if a.name not in floors:
+                        found.append(f"import {a.name}")
+                    aliases[a.asname or a.name.split(".")[0]] = a.name if a.asname else "lipnb"
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("lipnb"):
+            if node.module not in floors:
+                found.append(f"from {node.module} import ...")
+                continue
+            for a in node.names:
+                if a.name not in floors[node.module]:
+                    found.append(f"{node.module}.{a.name}")
+                elif f"{node.module}.{a.name}" in floors:
+                    aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+            base = aliases[node.value.id]
+            if base in floors and node.attr not in floors[base]:
+                found.append(f"{base}.{node.attr}")
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute)
+              and isinstance(node.value.value, ast.Name) and aliases.get(node.value.value.id) == "lipnb"):
+            base = f"lipnb.{node.value.attr}"
+            if base in floors and node.attr not in floors[base]:
+                found.append(f"{base}.{node.attr}")
+    return sorted(set(found))
+
+
+CHAPTERS = sorted(p for p in (ROOT.parent / "book").glob("*.md") if p.with_suffix(".ipynb").exists())
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.stem for c in CHAPTERS])
+def test_chapters_use_only_published_names(chapter: Path) -> None:
+    assert not unpublished_uses(_chapter_code(chapter)), (
+        f"{chapter.name} uses names its floors do not publish (publish them in the floor's PUBLISHED, or use a "
+        f"published one): {unpublished_uses(_chapter_code(chapter))}")
+
+
+def test_the_published_check_finds_planted_uses() -> None:
+    planted = ast.parse("import lipnb\nfrom lipnb.core import bounds\nfrom lipnb.core.bounds import gamma\n"
+                        "from lipnb.core import theorem_3_3, nonexistent\nlipnb.core.krylov.lanczos\n"
+                        "lipnb.local_lipschitz\nfrom lipnb import report\nreport.check\nreport.hidden\n")
+    assert unpublished_uses(planted) == ["from lipnb.core.bounds import ...", "lipnb.core.bounds",
+                                         "lipnb.core.krylov", "lipnb.core.nonexistent", "lipnb.report.hidden"]
+
+
+def published_surface() -> str:
+    """README's section on the published surface, as this build publishes it."""
+    lines = []
+    for floor in ["lipnb", *FLOORS]:
+        package = lipnb if floor == "lipnb" else getattr(lipnb, floor)
+        names = ", ".join(f"`{n}`" for n in sorted(package.__all__, key=str.lower) if not n.startswith("__"))
+        lines.append(f"- **`{package.__name__}`**: {names}")
+    return "\n".join(lines)
+
+
+def test_the_readme_documents_the_published_surface() -> None:
+    readme = (ROOT.parent / "README.md").read_text()
+    begin, end = "<!-- published surface -->", "<!-- end of published surface -->"
+    assert begin in readme and end in readme, f"README.md: add the section between {begin} and {end}"
+    section = readme[readme.index(begin) + len(begin):readme.index(end)].strip()
+    assert section == published_surface(), "README.md's published surface differs; it should read:\n" + \
+        published_surface()

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 
 from lipnb import exact_local_lipschitz, local_lipschitz
-from lipnb.core.l2_attention import (
+from lipnb.core.l2_self_attention import (
     L2AttentionMap,
     L2Heads,
     l2_attention,
