@@ -1,7 +1,8 @@
 """Results of the book's sweeps: a typed, tidy table with its provenance, a CSV cache, progress bars.
 
 A sweep returns a :class:`ResultTable`: one row per measurement, columns of numbers or labels, and a
-``provenance`` record (the sweep, its parameters, a hash of lipnb's source, torch's version). Tables are cached
+``provenance`` record (the sweep, its parameters, a hash of the lipnb source the sweep depends on, torch's
+version: :mod:`lipnb.sources`). Tables are cached
 as CSV (full float64 precision) beside a JSON file holding the provenance, the row count and the SHA-256 of the
 CSV bytes, in :func:`cache_dir`; an entry is found only under the same sweep, parameters and source hash, so a
 stale result is never used. The key holds nothing else: a sweep's parameters decide its result, and no global
@@ -39,6 +40,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from .arguments import check_writable_dir
+from .sources import source_digest
 
 __all__ = [
     "CACHE_ENV",
@@ -48,7 +50,6 @@ __all__ = [
     "code_version",
     "progress",
     "progress_bar",
-    "source_digest",
     "user_cache_dir",
 ]
 
@@ -68,19 +69,10 @@ def cache_dir() -> Path:
     return Path(os.environ.get(CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
 
 
-def code_version() -> str:
-    """A hash of lipnb's source files, every subpackage's included, with their paths: editing or moving any
-    module (a sweep or what it calls) changes every cache key."""
-    return source_digest(Path(__file__).parent)
-
-
-def source_digest(root: Path) -> str:
-    """The hash :func:`code_version` takes of a package folder ``root``: each ``.py`` file's path and bytes."""
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        digest.update(path.relative_to(root).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
+def code_version(module: str | None = None) -> str:
+    """A hash of the lipnb source ``module`` depends on (its import closure, paths and bytes: editing a module it
+    does not import keeps the hash), or of all of lipnb's source without ``module``."""
+    return source_digest(module=module)
 
 
 def _as_column(name: str, values: Column) -> list | Tensor:
@@ -211,7 +203,11 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
         raise TypeError(f"params must be a mapping of the sweep's parameters; got {type(params).__name__}")
     if not callable(compute):
         raise TypeError(f"compute must be a callable returning the columns; got {type(compute).__name__}")
-    provenance = {"sweep": name, "params": dict(params), "code": code_version(), "torch": torch.__version__}
+    # The code the sweep runs: the import closure of the module that defines ``compute`` (all of lipnb for a
+    # ``compute`` defined elsewhere).
+    module = getattr(compute, "__module__", None) or ""
+    code = code_version(module if module.split(".")[0] == "lipnb" else None)
+    provenance = {"sweep": name, "params": dict(params), "code": code, "torch": torch.__version__}
     key = json.dumps(provenance, sort_keys=True, default=str)
     path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
     if path.exists():
