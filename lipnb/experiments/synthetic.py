@@ -46,7 +46,8 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
     S = selection_jacobian(X, A, V, masked=masked)
     columns = {"radius": R.flatten(), "error": torch.linalg.matrix_norm(J - S, ord=2),
                "lip": torch.linalg.matrix_norm(J, ord=2)}
-    provenance = {"sweep": "large_radius_sweep", "shape": list(X.shape), "masked": masked, "code": code_version(__name__)}
+    provenance = {"sweep": "large_radius_sweep", "shape": list(X.shape), "masked": masked,
+                  "code": code_version(__name__)}
     return ResultTable.from_columns(columns, provenance)
 
 
