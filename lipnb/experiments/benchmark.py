@@ -30,29 +30,36 @@ from .benchmark_schema import (
 
 __all__ = [
     "ENV_VAR",
+    "KIND_NAMES",
     "METHOD_LABELS",
+    "MODEL_NAMES",
     "PAPER_BASELINES",
     "Table",
+    "benchmark_provenance",
     "benchmark_record",
+    "benchmark_table",
     "cpu_speedup",
-    "decomposition",
     "default_call",
     "lipnb_calls",
     "paper_profile_seconds",
-    "provenance",
     "record_path",
     "records_dir",
     "relative_errors",
-    "table",
+    "speedup_decomposition",
+    "workload_name",
     "workload_table",
 ]
 
 ENV_VAR = "LIPNB_BENCH_DIR"
 
-METHOD_LABELS = {"paper": "paper (App. E.1)", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
-                 "lipnb-tight": "lipnb, tol 1e-6", "lipnb-autograd": "lipnb, autograd products",
+METHOD_LABELS = {"paper": "paper's loop", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
+                 "lipnb-tight": "lipnb, tighter tolerance (1e-6)", "lipnb-autograd": "lipnb, autograd products",
                  "lipnb-f64": "lipnb, float64 products"}
 
+
+# The models and maps of the records, named in words (a reader's table never shows a model id or a map kind).
+MODEL_NAMES = {"minilm": "MiniLM", "gpt2-random": "random GPT-2", "smollm2": "SmolLM2"}
+KIND_NAMES = {"self": "self-attention module", "mha": "multi-head map", "block": "attention sub-layer"}
 
 # The paper's loop in ``bench/workloads.py``'s records: as published, and stopped by an oracle at 1e-4 of the reference.
 PAPER_BASELINES = ("paper", "paper-oracle")
@@ -122,7 +129,17 @@ def lipnb_calls(run: WorkloadRun) -> dict[str, CallResult]:
     return {method: entry for method, entry in run.methods.items() if method not in PAPER_BASELINES}
 
 
-def provenance(record: LipschitzRecord) -> str:
+def workload_name(run: WorkloadRun, short: bool = False) -> str:
+    """A workload of ``bench/workloads.py``'s record named by what it is: "MiniLM layer 2, 32 windows of *Alice*,
+    n = 128, 1 thread" (``short``: "MiniLM layer 2, 1 thread")."""
+    threads = "1 thread" if run.threads == 1 else f"{run.threads} threads"
+    layer = f"{MODEL_NAMES.get(run.model, run.model)} layer {run.layer}"
+    if short:
+        return f"{layer}, {threads}"
+    return f"{layer}, {run.batch} windows of *Alice*, n = {run.n}, {threads}"
+
+
+def benchmark_provenance(record: LipschitzRecord) -> str:
     """One line: when, where and with what the benchmark ran."""
     versions = record.versions
     return (f"{record.date[:10]}, {record.device_name} ({record.device}, {record.threads} threads, "
@@ -140,7 +157,7 @@ def cpu_speedup(run: LipschitzRun, method: str = "lipnb") -> float | None:
     return run.methods["paper"].median_cpu_s / run.methods[method].median_cpu_s
 
 
-def decomposition(run: LipschitzRun, method: str = "lipnb") -> dict[str, float]:
+def speedup_decomposition(run: LipschitzRun, method: str = "lipnb") -> dict[str, float]:
     """The speedup of ``method`` over the paper's loop as (FLOPs per estimate ratio) x (FLOP rate ratio)."""
     paper, ours = run.methods["paper"], run.methods[method]
     steps_ours = ours.mean_iterations + ours.mean_presolve_iterations
@@ -173,23 +190,32 @@ def _steps(mean: float, presolved: float | None) -> str:
     return f"{mean:.1f}" + (f" (+ {presolved:.1f})" if presolved else "")
 
 
-def table(record: LipschitzRecord) -> Table:
-    """The benchmark, one line per (model, kind, n, method)."""
-    header = ["model", "kind", "n", "inputs", "method", "ms / estimate", "speedup (CPU time)",
-              "JᵀJ products / estimate (+ bfloat16)", "MFLOP / product", "GFLOP/s (% of peak)",
-              "peak MiB / input", "max rel. error", "converged"]
+def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
+    """The rows of a :class:`LipschitzRecord` for a reader's table, one per (map, length, method), headers in words:
+    milliseconds per estimate and speedup over the paper's loop (in CPU time on a CPU record, in wall-clock time on
+    a GPU one, whose CPU time is the host's: the caption says which), products per estimate (bfloat16 ones in
+    parentheses), the fraction of the matrix-product peak, memory per input, the largest relative error and how
+    many inputs converged."""
+    cpu = record.device == "cpu"
     rows = []
     for run in record.runs:
         for method, v in run.methods.items():
-            speedup, cpu = run.speedup.get(method), cpu_speedup(run, method)
-            rows.append([f"{run.model} L{run.layer}", run.kind, str(run.n), str(run.batch),
-                         METHOD_LABELS[method], f"{v.per_input_s * 1e3:.1f}",
-                         "" if speedup is None else f"{speedup:.1f}x ({cpu:.1f}x)",
-                         _steps(v.mean_iterations, v.mean_presolve_iterations),
-                         f"{v.flops_per_product / 1e6:.0f}",
-                         f"{v.achieved_flops / 1e9:.1f} ({100 * v.fraction_of_peak:.0f}%)",
-                         f"{v.peak_MiB / run.batch:.1f}", f"{v.max_rel_error:.1e}", f"{v.converged}/{run.batch}"])
-    return Table(header, rows)
+            per_input = v.median_cpu_s / run.batch if cpu else v.per_input_s
+            speedup = cpu_speedup(run, method) if cpu else run.speedup.get(method)
+            rows.append({
+                "map": f"{MODEL_NAMES.get(run.model, run.model)} layer {run.layer}, "
+                       f"{KIND_NAMES.get(run.kind, run.kind)}",
+                "n": str(run.n),
+                "method": METHOD_LABELS[method],
+                "ms per estimate": f"{1e3 * per_input:.1f}",
+                "speedup": "" if speedup is None else f"{speedup:.1f}",
+                "products (+ bfloat16)": _steps(v.mean_iterations, v.mean_presolve_iterations),
+                "% of peak": f"{100 * v.fraction_of_peak:.0f}",
+                "MiB per input": f"{v.peak_MiB / run.batch:.1f}",
+                "largest error": f"{v.max_rel_error:.0e}",
+                "converged": f"{v.converged} of {run.batch}",
+            })
+    return rows
 
 
 def _ratio(speedup: Speedup | None) -> str:

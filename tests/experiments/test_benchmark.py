@@ -92,18 +92,30 @@ def test_a_missing_field_is_a_value_error_naming_the_record_and_field() -> None:
 
 
 def test_records_ship_with_lipnb_and_tabulate() -> None:
-    """The committed records are found without the repository (package data) and tabulate one line
-    per (run, method), as HTML for Jupyter and Markdown for print; the speedup is fewer FLOPs times
-    faster FLOPs."""
+    """The committed records are found without the repository (package data) and tabulate one row per
+    (run, method), headers in words, CPU time on a CPU record and wall-clock time on a GPU one, the speedup
+    the paper's median over the method's; the speedup is fewer FLOPs times faster FLOPs."""
     assert benchmark.records_dir().parent == Path(benchmark.__file__).parent
     record = benchmark.benchmark_record("lipschitz-cpu")
     assert isinstance(record, LipschitzRecord)
-    table = benchmark.table(record)
-    assert len(table.rows) == sum(len(row.methods) for row in record.runs)
-    assert table._repr_html_().startswith("<table>") and str(table).startswith("| model |")
-    assert all(len(line) == len(table.header) for line in table.rows)
+    rows = benchmark.benchmark_table(record)
+    assert len(rows) == sum(len(row.methods) for row in record.runs)
+    assert all(list(r) == list(rows[0]) for r in rows) and "speedup" in rows[0]
+    assert not any("_" in header or "kind" in header for header in rows[0])
+    first = record.runs[0]
+    assert rows[1]["map"] == f"MiniLM layer {first.layer}, self-attention module" and rows[1]["n"] == str(first.n)
+    method = list(first.methods)[1]
+    assert float(rows[1]["speedup"]) == pytest.approx(benchmark.cpu_speedup(first, method), abs=0.05)
+    assert rows[0]["speedup"] == "" and rows[0]["method"] == "paper's loop"
+    gpu = benchmark.benchmark_record("lipschitz-cuda")
+    assert isinstance(gpu, LipschitzRecord)
+    gpu_rows = benchmark.benchmark_table(gpu)
+    run = gpu.runs[0]
+    assert float(gpu_rows[1]["ms per estimate"]) == pytest.approx(
+        1e3 * list(run.methods.values())[1].per_input_s, abs=0.05)
+    assert float(gpu_rows[1]["speedup"]) == pytest.approx(run.speedup[list(run.methods)[1]], abs=0.05)
     row = record.runs[0]
-    ratio = benchmark.decomposition(row)        # the speedup splits exactly into its two factors
+    ratio = benchmark.speedup_decomposition(row)    # the speedup splits exactly into its two factors
     assert ratio["speedup"] == row.speedup["lipnb"]
     assert ratio["speedup"] == pytest.approx(ratio["flops"] * ratio["rate"], rel=1e-9)
     paper, ours = row.methods["paper"], row.methods["lipnb"]
@@ -115,7 +127,7 @@ def test_provenance_is_one_line_of_when_where_and_with_what() -> None:
     """The GPU record's provenance: its date, device, threads, load, versions and matrix-product peaks."""
     gpu = benchmark.benchmark_record("lipschitz-cuda")
     assert isinstance(gpu, LipschitzRecord) and gpu.provenance_note
-    line = benchmark.provenance(gpu)
+    line = benchmark.benchmark_provenance(gpu)
     assert line.startswith(f"{gpu.date[:10]}, {gpu.device_name} (cuda, {gpu.threads} threads, load average ")
     assert f"torch {gpu.versions.torch}, lipnb {gpu.versions.lipnb} (git {gpu.versions.git})" in line
     assert "\n" not in line and line.endswith(" GFLOP/s") and "float32" in line
@@ -172,6 +184,17 @@ def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest
     benchmark.record_path("mine").write_text(json.dumps(dataclasses.asdict(shipped)))
     assert benchmark.benchmark_record("mine") == shipped
     assert benchmark.relative_errors([1.1, 0.9], [1.0, 1.0]) == pytest.approx([0.1, 0.1])
+
+
+def test_a_workload_is_named_in_words() -> None:
+    """A workload of the record is named by its model, layer, windows, length and threads, in words."""
+    work = benchmark.benchmark_record("lipschitz-cpu-workloads")
+    assert isinstance(work, WorkloadRecord)
+    row = next(r for r in work.runs if r.model == "minilm" and r.threads == 1)
+    name = f"MiniLM layer {row.layer}, {row.batch} windows of *Alice*, n = {row.n}, 1 thread"
+    assert benchmark.workload_name(row) == name
+    two = dataclasses.replace(row, threads=2)
+    assert benchmark.workload_name(two, short=True) == f"MiniLM layer {row.layer}, 2 threads"
 
 
 def test_workload_record_ships_and_tabulates() -> None:
