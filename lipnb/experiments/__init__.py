@@ -12,10 +12,14 @@ from ..lazy import lazy_modules, published_names
 PUBLISHED: dict[str, tuple[str, ...]] = {
     "adversarial": ("adversarial_layers", "adversarial_radii", "adversarial_sweep", "adversarial_table",
                     "head_gamma_table"),
+    "bound_ratios": ("e3_bound_ratios",),
     "benchmark": ("benchmark_record", "cpu_speedup", "decomposition", "default_call", "lipnb_calls",
                   "paper_profile_seconds", "provenance", "relative_errors", "table"),
     "benchmark_schema": ("WorkloadRun",),
     "certificate": ("MAX_ITER", "certificate_audit", "certificate_counts", "certificate_flags"),
+    "code_audit": ("ADVERSARIAL_PANEL_SETTINGS", "PAPER_REAL_DATA_MAPS", "adversarial_corrections",
+                   "decoder_tuple_panel", "dropout_runs", "estimators_on_real_text", "layer_map_variants",
+                   "module_mask_distances", "published_loop_runs", "random_gpt2_loop_runs"),
     "charlm": ("CharLM", "ngram_bits_per_char"),
     "charlm_runs": ("KINDS", "RECORDS", "SETTINGS", "agnews_corpus", "charlm_record", "first_below", "kinds_of",
                     "replay_charlm", "rises", "run_settings", "seeds_of", "value_at"),
@@ -29,6 +33,8 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "stats": ("BREAK_MIN_JUMP", "BREAK_MIN_SIDE", "bootstrap_slope", "fit_line", "growth_fits", "lack_of_fit",
               "local_slopes", "power_law_break", "side", "student_interval"),
     "synthetic": ("large_radius_sweep", "lemma_c_7_constants", "quadratic_growth_slopes", "synthetic_bound_sweep"),
+    "trained_length": ("AliasingTest", "SplitAttention", "aliasing_test", "median_difference_interval",
+                       "split_attention"),
     "verdicts": ("CORRECTION_TARGETS", "VERDICTS", "bound_verdict", "count_verdicts", "drawn_constant",
                  "drawn_verdict", "interval_verdict"),
 }
