@@ -141,8 +141,9 @@ MUTATIONS: dict[str, ChapterMutation] = {
                                   "gronwall-product"),
     "flow_radius_bound x2": M(bounds, "flow_radius_bound", _scaled(2.0), "flow",
                               "flow-radius-reached"),
+    # the depth sweep opens the chapter: a doubled stack is first caught by Euler's order
     "attention_flow x2": M(flow, "attention_flow", _scaled(2.0), "flow",
-                           "flow-growth-bound"),
+                           "stack-error-halves"),
     # one line of an implementation's source replaced
     "MultiHeadMap jvp: covariance term with the wrong sign": M(
         jacobian.AttentionLinearization, "jvp",
