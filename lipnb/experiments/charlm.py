@@ -18,6 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from ..arguments import check_positive_int
+from ..core.attention import mask_future
 from ..core.l2_bounds import phi_inverse
 
 __all__ = [
@@ -72,8 +73,7 @@ class Attention(nn.Module):
         else:
             S = (2 * q @ q.mT - q.square().sum(-1).unsqueeze(-2)) / tau
             v = Xh @ (self.Q @ (self.Q.mT @ self.V)) / tau
-        mask = torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
-        P = torch.softmax(S.masked_fill(~mask, -torch.inf), dim=-1)
+        P = torch.softmax(mask_future(S), dim=-1)
         out = (P @ v).transpose(1, 2).reshape(X.shape[0], n, -1) @ self.O
         if self.kind == "l2-contractive":
             out = out / self.bound(n).clamp_min(1.0)
