@@ -4,6 +4,7 @@
   ``HYPOTHESIS_PROFILE=thorough`` for a longer randomised search.
 * Random problems drawn by tests in several files (``from conftest import random_attention_params``):
   ``random_multihead``, ``random_head_matrix``, ``random_attention_problem``, ``random_attention_params``.
+* ``alice``: the pre-seeded Alice text and an empty results cache, for the sweeps that read it.
 * Mutation tests edit an implementation and run a chapter's own cells: ``tests/book/chapter_mutations.py``.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +21,7 @@ from hypothesis import HealthCheck, Phase, settings
 from torch import Tensor
 from torch.utils.flop_counter import FlopCounterMode
 
-from lipnb import MultiHead
+from lipnb import MultiHead, data
 
 Map = Callable[[Tensor], Tensor]
 F64 = torch.float64
@@ -58,6 +60,17 @@ def pytest_configure(config: pytest.Config) -> None:
 def gen() -> torch.Generator:
     """A freshly seeded CPU generator, so every test draws the same random problem each run."""
     return torch.Generator().manual_seed(1234)
+
+
+@pytest.fixture
+def alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pre-seeded Alice text (skipped without one) and an empty results cache."""
+    shared = Path(__file__).resolve().parents[2] / "shared" / "data"
+    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
+    if folder is None:
+        pytest.skip("no pre-seeded Alice text")
+    monkeypatch.setenv(data.DATA_ENV, str(folder))
+    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
 
 
 # --------------------------------------------------------------------------- random problems

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lipnb import data, local_lipschitz, models
-from lipnb.experiments.adversarial import adversarial_layers, adversarial_sweep, head_gamma_table
+from lipnb.experiments.adversarial import adversarial_sweep, head_gamma_table
 from lipnb.experiments.real_text import (
     layer_radii,
     measure,
@@ -25,18 +24,6 @@ from lipnb.experiments.real_text import (
 )
 from lipnb.experiments.stats import growth_fits, power_law_break
 from lipnb.paper.published import published_estimator
-from lipnb.profiles import PROFILES
-
-
-@pytest.fixture
-def alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-seeded Alice text and an empty results cache."""
-    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
-    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
-    if folder is None:
-        pytest.skip("no pre-seeded Alice text")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
-    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
 
 
 @given(alpha=st.floats(0.1, 1.0), C=st.floats(0.5, 5.0), seed=st.integers(0, 1000))
@@ -141,10 +128,6 @@ def test_token_radii_are_the_rms_norms_of_the_attention_inputs(alice: None) -> N
     torch.testing.assert_close(table.where(layer=2)["radius"], expected)
     with pytest.raises(ValueError, match="dataset"):
         data.dataset_text("wiki")
-
-
-def test_adversarial_layers_follow_the_profile() -> None:
-    assert adversarial_layers(PROFILES["quick"]) == {"minilm": [0, 3, 5], "minilm-decoder": [3], "gpt2-random": [6]}
 
 
 def test_position_aliasing_matches_a_direct_cosine() -> None:

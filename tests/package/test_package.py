@@ -185,3 +185,34 @@ def test_the_readme_documents_the_published_surface() -> None:
     section = readme[readme.index(begin) + len(begin):readme.index(end)].strip()
     assert section == published_surface(), "README.md's published surface differs; it should read:\n" + \
         published_surface()
+
+
+# Where a module's tests are when they are not in ``tests/<floor>/test_<module>.py`` (the floor of a module at the
+# top of the package is ``ground``): each module's tests can be found by its name or here.
+TESTED_IN = {
+    "core.linearization": "tests/core/test_fast_path.py",
+    "experiments.benchmark_schema": "tests/experiments/test_benchmark.py",
+    "models.loading": "tests/models/test_models.py",
+    "models.maps": "tests/models/test_models.py",
+    "paper.paper_numbers": "tests/experiments/test_verdicts.py",
+    "paper.paper_settings": "tests/paper/test_published.py",
+    "report.checks": "tests/report/test_report.py",
+    "report.figures": "tests/report/test_report.py",
+    "report.glue": "tests/report/test_report.py",
+    "report.tables": "tests/report/test_report.py",
+}
+
+
+def _test_file(module: str) -> str:
+    floor, _, name = module.rpartition(".")
+    return f"tests/{floor or 'ground'}/test_{name}.py"
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_has_a_test_file_of_its_name_or_one_listed(name: str) -> None:
+    own = ROOT.parent / _test_file(name)
+    if name in TESTED_IN:
+        assert not own.exists(), f"lipnb.{name} has {_test_file(name)}: drop it from TESTED_IN"
+        assert (ROOT.parent / TESTED_IN[name]).is_file(), f"{TESTED_IN[name]}, listed for lipnb.{name}, is gone"
+    else:
+        assert own.is_file(), f"lipnb.{name} has no {_test_file(name)} (or list the file that tests it in TESTED_IN)"
