@@ -223,6 +223,7 @@ def test_presolve_in_bfloat16_keeps_float32_accuracy(gen: torch.Generator, metho
     assert float(((warm.value.double() - exact).abs() / exact).max()) <= 1e-5
 
 
+@pytest.mark.slow
 @given(seed=st.integers(0, 2**31 - 1), kind=st.sampled_from(KINDS), masked=st.booleans(),
        radius=st.floats(0.1, 5.0), n=st.integers(2, 12))
 def test_presolve_never_changes_the_answer(seed: int, kind: str, masked: bool, radius: float, n: int) -> None:
@@ -510,6 +511,7 @@ def _module_products(fn: Callable[[Tensor], Tensor], X: Tensor, E: Tensor, G: Te
     return Y, JE, pullback(G)[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "layer"), [("minilm", 2), ("minilm-decoder", 4), ("gpt2-random", 6)])
 def test_closed_form_equals_the_hf_self_attention_module(name: str, layer: int,
                                                          hf_models: dict[str, torch.nn.Module]) -> None:

@@ -67,6 +67,7 @@ def test_sheet_two_norm_statement_fails_when_the_queries_are_scaled() -> None:
     assert local <= theorem_3_2_two(big, 4, sharpened=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_sharpened_constant_still_bounds_optimised_inputs(seed: int) -> None:
     """The derivation's claim: with 2√2 in place of 4 the 2-norm bound still holds, here against gradient

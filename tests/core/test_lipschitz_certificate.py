@@ -190,6 +190,7 @@ def test_failure_epsilon_solves_the_published_bound(method: str) -> None:
     assert float(failure_epsilon(0.1, 100, 0, method)) == 1.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["lanczos", "power"])
 def test_upper_fails_no_more_often_than_delta(method: str) -> None:
     """An adversarial spectrum for a random start (one top value, a crowd just below it, ``N = 20``) and 200

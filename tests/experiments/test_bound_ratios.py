@@ -12,6 +12,7 @@ from lipnb.experiments.bound_ratios import e3_bound_ratios
 from lipnb.experiments.real_text import real_text_sweep
 
 
+@pytest.mark.slow
 def test_e3_bound_ratios_hold_against_a_dense_jacobian(alice: None) -> None:
     """Theorem E.3 summed over heads bounds the measured constant; the bound recomputed head by head (with the
     output projection's norms, Lemma 3.8) and the dense float64 constant confirm both ends of the ratio."""

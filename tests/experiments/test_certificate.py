@@ -149,6 +149,7 @@ def audit() -> certificate.CertificateCounts:
     return certificate_counts(certificate_audit(200, seed=1))
 
 
+@pytest.mark.slow
 def test_audit_sample_covers_every_family(audit: certificate.CertificateCounts) -> None:
     table = certificate_audit(200, seed=1)
     assert audit.inputs == 200
@@ -157,21 +158,26 @@ def test_audit_sample_covers_every_family(audit: certificate.CertificateCounts) 
     assert set(table.frame["method"]) == {"lanczos", "power"} and set(table.frame["start"]) == set(starts())
 
 
+@pytest.mark.slow
 def test_audit_sample_value_never_exceeds_the_norm(audit: certificate.CertificateCounts) -> None:
     assert (audit.raised, audit.above) == (0, 0)
 
 
+@pytest.mark.slow
 def test_audit_sample_error_bounds_the_nearest_singular_value(audit: certificate.CertificateCounts) -> None:
     assert audit.unbounded == 0
 
 
+@pytest.mark.slow
 def test_audit_sample_premise_misses_stay_in_the_top_cluster(audit: certificate.CertificateCounts) -> None:
     assert audit.outside == 0 and audit.worst_cluster_ratio <= 1
 
 
+@pytest.mark.slow
 def test_audit_sample_rtol_is_met_where_the_premise_holds(audit: certificate.CertificateCounts) -> None:
     assert audit.rtol_asked > 0 and audit.rtol_missed == 0
 
 
+@pytest.mark.slow
 def test_audit_sample_interval_fails_no_more_often_than_delta(audit: certificate.CertificateCounts) -> None:
     assert audit.interval > 0 and audit.interval_failed <= audit.delta * audit.interval

@@ -97,6 +97,7 @@ def test_random_gpt2_loop_runs_refuses_other_models_before_any_work() -> None:
         random_gpt2_loop_runs([])
 
 
+@pytest.mark.slow
 def test_dropout_runs_equal_the_eval_loop_without_dropout_and_differ_with_it() -> None:
     """With every dropout probability 0 the training-mode loop returns the eval-mode value ``√‖Jᵀ f‖`` (computed here
     by autograd); with dropout it does not."""
@@ -146,6 +147,7 @@ def test_module_mask_distances_against_attention_written_out() -> None:
     assert model.h[0].attn.config._attn_implementation == "eager"   # the model's own module is left as it was
 
 
+@pytest.mark.slow
 def test_adversarial_corrections_all_three_corrected_is_the_saturated_head(cache: None) -> None:
     """Head 0 alone on its own Lemma C.7 input at ``R = 100`` is saturated: its constant is ``‖V_0‖₂ √n`` at every
     length, with ``V_0`` read here from GPT-2's packed ``Conv1D`` weight (value block, head 0's columns)."""
@@ -180,6 +182,7 @@ def test_decoder_tuple_panel_differentiates_the_cache_too(cache: None) -> None:
     assert (panel.tuple > panel.context).all()
 
 
+@pytest.mark.slow
 def test_estimators_and_map_variants_on_alice(alice: None) -> None:
     """Each model's middle layer, on the map its script differentiated, by both estimators; the published value of
     random GPT-2's attention module is ``√‖Jᵀ f‖`` (autograd). One layer as two maps: both measured on one window."""

@@ -6,6 +6,9 @@ import pytest
 
 from lipnb.experiments.growth_rates import rates_table
 
+# Every test reads one rates table, 76 s to compute on one thread (measured with the whole suite).
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: pytest.TempPathFactory, monkeypatch_module: pytest.MonkeyPatch):

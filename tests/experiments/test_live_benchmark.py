@@ -24,6 +24,7 @@ def _ids(tokenizer: object, n: int, count: int) -> torch.Tensor:
     return data.token_sequences(data.alice_text(), tokenizer, [n], count)[n]
 
 
+@pytest.mark.slow
 def test_closed_forms_agree_with_autograd_and_a_wrong_one_is_seen(minilm: tuple,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """Every map kind's closed-form f(X), J E and Jᵀ G equal autograd's to float64 rounding; a closed-form
@@ -38,6 +39,7 @@ def test_closed_forms_agree_with_autograd_and_a_wrong_one_is_seen(minilm: tuple,
     assert wrong["mha"] > 0.1
 
 
+@pytest.mark.slow
 def test_live_timing_reports_the_error_against_a_dense_jacobian(minilm: tuple) -> None:
     """The live timing's largest error is that of the default call against the dense float64 Jacobian's norm
     (computed here independently), within the reference's own accuracy; times are positive."""

@@ -80,6 +80,7 @@ def test_token_radius_is_the_root_mean_square_norm() -> None:
     torch.testing.assert_close(token_radius(X), torch.tensor([5 / math.sqrt(2), 1.0], dtype=torch.float64))
 
 
+@pytest.mark.slow
 def test_real_text_sweep_on_a_tiny_grid(alice: None) -> None:
     """The bounds hold at every input, the radii are :func:`token_radius` of the captured inputs, and the
     adversarial sweep measures the layer at Lemma C.7's input of each head."""
@@ -104,6 +105,7 @@ def test_real_text_sweep_on_a_tiny_grid(alice: None) -> None:
     assert adv["lip"].shape == (2,) and bool((adv["lip"] > 0).all())
 
 
+@pytest.mark.slow
 def test_real_text_sweep_reaches_a_llama_decoder(alice: None) -> None:
     """A Llama model goes through the same sweep: causal, rotary, inputs after ``input_layernorm``."""
     from lipnb.models import llama
@@ -130,6 +132,7 @@ def test_token_radii_are_the_rms_norms_of_the_attention_inputs(alice: None) -> N
         data.dataset_text("wiki")
 
 
+@pytest.mark.slow
 def test_position_aliasing_matches_a_direct_cosine() -> None:
     encoder = models.load("minilm")[0]
     table = position_aliasing(encoder, 128)

@@ -29,6 +29,7 @@ def stack(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, T: float, L: int) -
     return X
 
 
+@pytest.mark.slow
 def test_stack_convergence_against_a_fine_stack(tmp_path, monkeypatch: pytest.MonkeyPatch,
                                                 gen: torch.Generator) -> None:
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))

@@ -69,6 +69,7 @@ X = torch.randn(2, 5, WIDTH)
 
 # Models: every family through the same checks.
 
+@pytest.mark.slow
 @given(family_names, st.one_of(not_ints, st.integers(-3, -1), st.integers(LAYERS, 50)))
 def test_a_bad_layer_is_refused_in_every_family(family: str, layer: object) -> None:
     model = FAMILIES[family]

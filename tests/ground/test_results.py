@@ -169,6 +169,7 @@ print(hashlib.sha256(table.frame.to_csv(index=False, float_format="%.17g").encod
 """
 
 
+@pytest.mark.slow
 def test_concurrent_writers_of_one_key_all_get_the_table(tmp_path) -> None:
     """What ``pytest -n 2`` does when chapters share a sweep on a cold cache: no crash, every table right."""
     import hashlib

@@ -26,6 +26,7 @@ def test_a_sweep_depends_on_the_estimator_not_on_the_presentation() -> None:
     assert not [m for m in closure if m.startswith("lipnb.report")], closure
 
 
+@pytest.mark.slow
 def test_editing_a_presentation_module_keeps_a_sweeps_key_and_editing_the_estimator_changes_it(copy: Path) -> None:
     sweep = "lipnb.experiments.real_text"
     before = sources.source_digest(copy, sweep)

@@ -109,6 +109,7 @@ def test_closed_form_products_match_torch_func(model: torch.nn.Module, kind: str
     torch.testing.assert_close(lin.to(torch.float32).jvp(E.float()), lin.jvp(E).float(), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["mha", "block"])
 def test_dense_jacobian_and_local_constant(model: torch.nn.Module, kind: str) -> None:
     f = llama.attention_map(model, 3, kind)

@@ -119,6 +119,7 @@ def test_gpt2_tokenizer_is_gpt2s(loaded: dict[str, tuple]) -> None:
     assert loaded["gpt2-random"][1]("Alice was", add_special_tokens=False)["input_ids"] == [44484, 373]
 
 
+@pytest.mark.slow
 def test_random_gpt2_is_seeded_and_leaves_the_rng_alone(loaded: dict[str, tuple]) -> None:
     state = torch.get_rng_state()
     again, _ = models.load("gpt2-random")
@@ -199,6 +200,7 @@ def _set_biases(model: nn.Module, layer: int, biases: str, gen: torch.Generator)
                 p.zero_()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("biases", ["trained", "random", "zero"])
 @pytest.mark.parametrize("name", OFFLINE)
 def test_every_map_has_closed_form_products(loaded: dict[str, tuple], double: dict[str, nn.Module],
@@ -230,6 +232,7 @@ def test_every_map_has_closed_form_products(loaded: dict[str, tuple], double: di
                 next(models.layer_module(model, layer).parameters()).mul_(1.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", OFFLINE)
 def test_closed_form_and_autograd_give_the_same_constants(loaded: dict[str, tuple], double: dict[str, nn.Module],
                                                           name: str) -> None:
@@ -343,6 +346,7 @@ def test_bad_arguments(loaded: dict[str, tuple]) -> None:
 # -- device -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_load_puts_the_model_on_the_default_device(monkeypatch: pytest.MonkeyPatch) -> None:
     """``load`` follows ``lipnb.profiles.default_device()`` (the GPU when there is one) unless told."""
     monkeypatch.setattr(loading, "default_device", lambda: torch.device("meta"))
@@ -423,6 +427,7 @@ def test_llama_family_is_dispatched_to_lipnb_llama() -> None:
         models.head_matrices(model, 1)
 
 
+@pytest.mark.slow
 def test_random_gpt2_seeds() -> None:
     """``"gpt2-random:SEED"`` is GPT-2 small from another seed; seed 0 is ``"gpt2-random"``."""
     zero, other = models.load("gpt2-random")[0], models.load("gpt2-random:1")[0]

@@ -24,6 +24,7 @@ def loaded() -> tuple[torch.nn.Module, object]:
     return model.double(), tokenizer
 
 
+@pytest.mark.slow
 def test_config(loaded: tuple) -> None:
     model, _ = loaded
     c = model.config
@@ -64,6 +65,7 @@ def _reference(model: torch.nn.Module, layer: int, X: torch.Tensor, low: torch.d
     return torch.cat(outs, dim=-1) @ attn.o_proj.weight.T
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layer", [0, 29])
 def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, layer: int) -> None:
     model, tokenizer = loaded
@@ -77,6 +79,7 @@ def test_attention_map_is_causal_grouped_query_rotary_attention(loaded: tuple, l
     torch.testing.assert_close(Y, llama.module_map(model, layer)(X)[0], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_block_and_closed_form_products(loaded: tuple) -> None:
     model, tokenizer = loaded
     ids = tokenizer("Down the Rabbit-Hole", return_tensors="pt").input_ids
@@ -93,6 +96,7 @@ def test_block_and_closed_form_products(loaded: tuple) -> None:
         torch.testing.assert_close(lin.vjp(G), vjp, rtol=1e-10, atol=1e-10 * vjp.abs().max().item())
 
 
+@pytest.mark.slow
 def test_it_knows_the_capital_of_france(loaded: tuple) -> None:
     model, tokenizer = loaded
     assert model.config.tie_word_embeddings  # the LM head is embed_tokens: greedy decoding needs nothing else

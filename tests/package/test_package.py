@@ -51,6 +51,7 @@ def test_an_unknown_attribute_is_an_attribute_error() -> None:
         lipnb.nonexistent  # noqa: B018
 
 
+@pytest.mark.slow
 def test_import_lipnb_stays_light() -> None:
     """``import lipnb`` loads neither transformers nor pandas: those come with the modules that need them."""
     code = "import sys, lipnb; print(sorted(m for m in ('transformers', 'pandas') if m in sys.modules))"

@@ -145,6 +145,7 @@ def test_first_step_stop_probability_rejects_small_size() -> None:
         first_step_stop_probability(torch.tensor(1.0), 1, 0.1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("seed", "sums"), [
     # Sums of three weights of GPT2Model(GPT2Config()) after torch.manual_seed(seed), drawn by transformers==4.37.2
     # (the version the published scripts pin): h.6.attn.c_attn.weight, h.6.attn.c_proj.weight, wte.weight.
