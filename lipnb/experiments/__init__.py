@@ -46,8 +46,9 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "synthetic": ("large_radius_sweep", "lemma_c_7_constants", "quadratic_growth_slopes", "synthetic_bound_sweep"),
     "trained_length": ("AliasingTest", "SplitAttention", "aliasing_test", "median_difference_interval",
                        "split_attention"),
-    "verdicts": ("CORRECTION_TARGETS", "VERDICTS", "bound_verdict", "count_verdicts", "drawn_constant",
-                 "drawn_verdict", "interval_verdict"),
+    "verdicts": ("BOOK_CORRECTIONS", "CORRECTION_KINDS", "VERDICTS", "bound_verdict", "classify_correction",
+                 "correction_subject", "correction_titles", "count_verdicts", "drawn_constant", "drawn_verdict",
+                 "interval_verdict"),
 }
 __all__ = sorted(published_names(__name__, PUBLISHED))
 __getattr__, __dir__ = lazy_modules(__name__, __file__, globals(), PUBLISHED)
