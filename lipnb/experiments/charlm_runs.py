@@ -208,16 +208,17 @@ def curve_table(curves: Mapping[tuple[Kind, int, int], Sequence[Mapping[str, Any
                 levels: Sequence[float] = ()) -> ResultTable:
     """What a chapter reads off each recorded curve (Kim et al.'s Sec. 5.3 comparison), one row per run.
 
-    Columns ``kind, depth, seed, last_step, diverged`` (0 or 1), ``valid_first`` and ``valid_last`` (validation
-    bits/char at the first and last logged step), ``valid_best`` (its lowest), ``valid_at`` (at step ``at``, when
+    Columns ``kind, depth, seed, last_step, diverged`` (0 or 1), ``train_first`` (training bits/char at the first
+    logged step), ``valid_first`` and ``valid_last`` (validation bits/char at the first and last logged step),
+    ``valid_best`` (its lowest), ``valid_at`` (at step ``at``, when
     given), ``train_rise`` and ``train_rise_step`` (the largest rise of the logged training loss above the lowest
     logged before it, :func:`loss_rises`), ``valid_rise`` and ``valid_rise_step`` (the same for the validation
     loss), and for each of ``levels`` a column ``below_<k>``: the first logged step below ``levels[k]``
     (:func:`first_step_below`; NaN where never).
     """
-    columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "last_step", "diverged", "valid_first",
-                                                "valid_last", "valid_best", "train_rise", "train_rise_step",
-                                                "valid_rise", "valid_rise_step")}
+    columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "last_step", "diverged", "train_first",
+                                                "valid_first", "valid_last", "valid_best", "train_rise",
+                                                "train_rise_step", "valid_rise", "valid_rise_step")}
     if at is not None:
         columns["valid_at"] = []
     for k in range(len(levels)):
@@ -230,7 +231,8 @@ def curve_table(curves: Mapping[tuple[Kind, int, int], Sequence[Mapping[str, Any
         valid_step, valid_rise = max(loss_rises(curve, "valid_bpc"), key=lambda sr: sr[1],
                                      default=(logged[0]["step"], 0.0))
         row = {"kind": kind, "depth": depth, "seed": seed, "last_step": curve[-1]["step"],
-               "diverged": int(bool(curve[-1]["diverged"])), "valid_first": logged[0]["valid_bpc"],
+               "diverged": int(bool(curve[-1]["diverged"])), "train_first": logged[0]["train_bpc"],
+               "valid_first": logged[0]["valid_bpc"],
                "valid_last": logged[-1]["valid_bpc"], "valid_best": min(r["valid_bpc"] for r in logged),
                "train_rise": train_rise, "train_rise_step": train_step, "valid_rise": valid_rise,
                "valid_rise_step": valid_step}

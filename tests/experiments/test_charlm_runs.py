@@ -142,6 +142,7 @@ def test_curve_table_reads_each_run() -> None:
     assert [(r["kind"], r["depth"], r["seed"]) for r in rows] == [("dot", 2, 0), ("l2", 4, 1)]
     assert rows[0]["last_step"] == 100 and rows[0]["diverged"] == 0 and rows[1]["diverged"] == 1
     assert (rows[0]["valid_first"], rows[0]["valid_last"], rows[0]["valid_best"]) == (4.1, 2.8, 2.8)
+    assert rows[0]["train_first"] == 4.0 and rows[1]["train_first"] == 5.0
     assert rows[0]["train_rise"] == pytest.approx(0.6) and rows[0]["train_rise_step"] == 75
     assert rows[0]["valid_rise"] == pytest.approx(0.7) and rows[0]["valid_rise_step"] == 75
     assert rows[0]["valid_at"] == 4.1 and rows[1]["valid_at"] == 5.0
