@@ -47,6 +47,8 @@ CORRECTION_TARGETS: dict[str, str] = {
     "the factor 2 in App. C.5": "the book's chapter on tightness",
     "the Lambert-W term": "Kim et al.'s paper",
     "the 2-norm bound needs": "Kim et al.'s paper",
+    "Kim et al.'s Lambert-W term": "Kim et al.'s paper",
+    "Kim et al.'s 2-norm bound needs": "Kim et al.'s paper",
 }
 
 
