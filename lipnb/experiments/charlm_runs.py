@@ -210,11 +210,11 @@ def curve_table(curves: Mapping[tuple[Kind, int, int], Sequence[Mapping[str, Any
 
     Columns ``kind, depth, seed, last_step, diverged`` (0 or 1), ``train_first`` (training bits/char at the first
     logged step), ``valid_first`` and ``valid_last`` (validation bits/char at the first and last logged step),
-    ``valid_best`` (its lowest), ``valid_at`` (at step ``at``, when
-    given), ``train_rise`` and ``train_rise_step`` (the largest rise of the logged training loss above the lowest
-    logged before it, :func:`loss_rises`), ``valid_rise`` and ``valid_rise_step`` (the same for the validation
-    loss), and for each of ``levels`` a column ``below_<k>``: the first logged step below ``levels[k]``
-    (:func:`first_step_below`; NaN where never).
+    ``valid_best`` (its lowest), ``valid_at`` (at step ``at``, when given), ``train_rise`` and
+    ``train_rise_step`` (the largest rise of the logged training loss above the lowest logged before it,
+    :func:`loss_rises`, and where it happens; 0 at the first step for a loss that never rises), ``valid_rise``
+    and ``valid_rise_step`` (the same for the validation loss), and for each of ``levels`` a column
+    ``below_<k>``: the first logged step below ``levels[k]`` (:func:`first_step_below`; NaN where never).
     """
     columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "last_step", "diverged", "train_first",
                                                 "valid_first", "valid_last", "valid_best", "train_rise",
@@ -227,9 +227,9 @@ def curve_table(curves: Mapping[tuple[Kind, int, int], Sequence[Mapping[str, Any
         logged = [row for row in curve if not row["diverged"]]
         if not logged:
             raise ValueError(f"the run ({kind}, {depth}, {seed}) logged no finite row")
-        train_step, train_rise = max(loss_rises(curve), key=lambda sr: sr[1], default=(logged[0]["step"], 0.0))
-        valid_step, valid_rise = max(loss_rises(curve, "valid_bpc"), key=lambda sr: sr[1],
-                                     default=(logged[0]["step"], 0.0))
+        never = (logged[0]["step"], 0.0)  # no rise: the loss never went above its lowest earlier value
+        train_step, train_rise = max([never, *loss_rises(curve)], key=lambda sr: sr[1])
+        valid_step, valid_rise = max([never, *loss_rises(curve, "valid_bpc")], key=lambda sr: sr[1])
         row = {"kind": kind, "depth": depth, "seed": seed, "last_step": curve[-1]["step"],
                "diverged": int(bool(curve[-1]["diverged"])), "train_first": logged[0]["train_bpc"],
                "valid_first": logged[0]["valid_bpc"],

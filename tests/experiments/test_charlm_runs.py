@@ -149,6 +149,10 @@ def test_curve_table_reads_each_run() -> None:
     assert rows[0]["below_0"] == 100 and rows[0]["below_1"] == 25
     assert math.isnan(rows[1]["below_0"]) and math.isnan(rows[1]["below_1"])
     assert rows[1]["train_rise"] == 0.0 and rows[1]["valid_last"] == 5.0  # one finite row: no rise
+    falling = [{"step": s, "train_bpc": 4.0 - s / 100, "valid_bpc": 4.0, "diverged": False} for s in (25, 50, 75)]
+    row = charlm_runs.curve_table({("dot", 1, 0): falling}).frame.iloc[0]
+    assert (row.train_rise, row.train_rise_step) == (0.0, 25)  # a loss that only falls never rises
+    assert (row.valid_rise, row.valid_rise_step) == (0.0, 25)
 
 
 def test_replay_first_steps_beside_the_record(tiny: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
