@@ -185,3 +185,14 @@ def test_the_readme_documents_the_published_surface() -> None:
     section = readme[readme.index(begin) + len(begin):readme.index(end)].strip()
     assert section == published_surface(), "README.md's published surface differs; it should read:\n" + \
         published_surface()
+
+
+def test_a_published_name_follows_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor holds no copy of a published name: replacing it in its module (a mutation test) is seen through
+    the floor at once, and undoing it leaves no edited function behind."""
+    original = lipnb.core.bounds.theorem_3_3
+    assert lipnb.core.theorem_3_3 is original
+    monkeypatch.setattr(lipnb.core.bounds, "theorem_3_3", len)
+    assert lipnb.core.theorem_3_3 is len
+    monkeypatch.undo()
+    assert lipnb.core.theorem_3_3 is original and "theorem_3_3" not in vars(lipnb.core)
