@@ -36,9 +36,9 @@ def lazy_modules(package: str, init_file: str, namespace: dict[str, object],
 
     def module_getattr(name: str) -> object:
         if name in owner:
-            value = getattr(importlib.import_module(f".{owner[name]}", package), name)
-            namespace[name] = value
-            return value
+            # Resolved on every access, never bound here: the package holds no second reference that could go
+            # stale when the module's attribute is replaced (a test's mutation, a reload).
+            return getattr(importlib.import_module(f".{owner[name]}", package), name)
         if name in names:
             return importlib.import_module(f".{name}", package)
         raise AttributeError(f"module {package!r} has no attribute {name!r}")

@@ -32,7 +32,7 @@ class Profile:
     SmolLM2 (chapter 24) runs ``smollm2_layers`` (``None``: every layer) on both texts' grids, every layer at the
     two lengths ``smollm2_pair``, and its middle layer at ``smollm2_long_lengths``.
     Part III's language models are a recorded run, not a profile's: their settings are the record's
-    (:data:`lipnb.experiments.charlm_runs.SETTINGS` and ``RECORDS``, stored with the curves).
+    (:data:`lipnb.experiments.charlm_runs.CHARLM_SETTINGS` and ``CHARLM_RECORDS``, stored with the curves).
     """
 
     name: str

@@ -4,16 +4,19 @@ learning rate.
 
 ``python -m lipnb.experiments.charlm_runs --record NAME`` trains every run of one record once (single-threaded, CPU)
 and writes it as JSON, with the curves and their provenance, into ``lipnb/experiments/charlm_records/``; the records
-ship with lipnb. ``RECORDS`` names them: ``agnews`` (depths 1, 2, 4), ``agnews-deep`` (depths 8 and 12,
+ship with lipnb. ``CHARLM_RECORDS`` names them: ``agnews`` (depths 1, 2, 4), ``agnews-deep`` (depths 8 and 12,
 fewer steps, trained later) and ``agnews-depth`` (dot-product and tied L2 only, depths 16 and 24, three seeds
 each, fewer steps again: Kim et al.'s claim that dot-product attention fails beyond ten layers). A chapter
-reads them with :func:`charlm_record` and re-runs the first steps of each run with :func:`replay_charlm`.
+reads them with :func:`charlm_record` (or every curve at once, :func:`charlm_curves`), re-runs the first steps of
+each run with :func:`replay_charlm` (:func:`replay_first_steps` beside the record), reads the curves with
+:func:`curve_table`, and compares them with the count-based baselines of :func:`charlm_baselines`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import subprocess
@@ -31,44 +34,51 @@ from torch import Tensor
 
 from .. import __version__
 from ..data import ag_news_texts
-from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
+from ..results import ResultTable, cached_table
+from .charlm import CharLM, CharLMConfig, Kind, char_corpus, ngram_bits_per_char, train_char_lm
+from .ngram import kneser_ney_bits_per_char, kneser_ney_window_bits_per_char
 
 __all__ = [
-    "KINDS",
-    "RECORD",
-    "RECORDS",
-    "SETTINGS",
+    "CHARLM_KINDS",
+    "CHARLM_RECORD",
+    "CHARLM_RECORDS",
+    "CHARLM_SETTINGS",
     "agnews_corpus",
+    "charlm_baselines",
+    "charlm_curves",
+    "charlm_kinds",
     "charlm_record",
+    "charlm_seeds",
+    "contractive_divisors",
     "cpu_name",
-    "first_below",
+    "curve_table",
+    "first_step_below",
     "git_state",
-    "kinds_of",
+    "logged_value",
+    "loss_rises",
     "main",
     "record_of",
     "record_path",
     "replay_charlm",
-    "rises",
+    "replay_first_steps",
     "run_settings",
-    "seeds_of",
-    "value_at",
     "write_record",
 ]
 
-KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
-RECORD = "agnews"
+CHARLM_KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
+CHARLM_RECORD = "agnews"
 # Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget); a record
-# may name its kinds (default: KINDS) and seeds (default: seed 0 only; a run without a seed field has seed 0).
-RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
+# may name its kinds (default: CHARLM_KINDS) and seeds (default: seed 0 only; a run without a seed field has seed 0).
+CHARLM_RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
                             "agnews-deep": {"depths": (8, 12), "steps": 1000},
                             "agnews-depth": {"depths": (16, 24), "steps": 400, "kinds": ("dot", "l2"),
                                              "seeds": (0, 1, 2)}}
 # One configuration for every run; only the depth, the attention and the record's steps change (the
 # configuration carries the first record's, which run_settings replaces with each record's own).
-SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32, steps=RECORDS[RECORD]["steps"],
-                                   lr=1e-2, seed=0),
-            "depths": tuple(d for spec in RECORDS.values() for d in spec["depths"]), "log_every": 25,
-            "valid_chars": 32768}
+CHARLM_SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32,
+                                          steps=CHARLM_RECORDS[CHARLM_RECORD]["steps"], lr=1e-2, seed=0),
+                   "depths": tuple(d for spec in CHARLM_RECORDS.values() for d in spec["depths"]), "log_every": 25,
+                   "valid_chars": 32768}
 
 
 @lru_cache(maxsize=1)
@@ -79,41 +89,41 @@ def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
     return char_corpus("\n".join(ag_news_texts()))
 
 
-def kinds_of(name: str) -> tuple[Kind, ...]:
+def charlm_kinds(name: str) -> tuple[Kind, ...]:
     """The attention kinds the record ``name`` trains."""
-    return tuple(RECORDS[name].get("kinds", KINDS))
+    return tuple(CHARLM_RECORDS[name].get("kinds", CHARLM_KINDS))
 
 
-def seeds_of(name: str) -> tuple[int, ...]:
+def charlm_seeds(name: str) -> tuple[int, ...]:
     """The seeds the record ``name`` trains each (kind, depth) with."""
-    return tuple(RECORDS[name].get("seeds", (0,)))
+    return tuple(CHARLM_RECORDS[name].get("seeds", (0,)))
 
 
 def record_of(depth: int) -> str:
     """The name of the record that holds the runs at ``depth``."""
-    for name, spec in RECORDS.items():
+    for name, spec in CHARLM_RECORDS.items():
         if depth in spec["depths"]:
             return name
-    raise ValueError(f"depth must be one of {SETTINGS['depths']}; got {depth!r}")
+    raise ValueError(f"depth must be one of {CHARLM_SETTINGS['depths']}; got {depth!r}")
 
 
 def run_settings(depth: int, seed: int = 0) -> CharLMConfig:
     """The configuration of the recorded run at ``depth`` with ``seed`` (its record's number of steps)."""
     name = record_of(depth)
-    if seed not in seeds_of(name):
-        raise ValueError(f"seed must be one of {seeds_of(name)} at depth {depth}; got {seed!r}")
-    return replace(SETTINGS["config"], depth=depth, steps=RECORDS[name]["steps"], seed=seed)
+    if seed not in charlm_seeds(name):
+        raise ValueError(f"seed must be one of {charlm_seeds(name)} at depth {depth}; got {seed!r}")
+    return replace(CHARLM_SETTINGS["config"], depth=depth, steps=CHARLM_RECORDS[name]["steps"], seed=seed)
 
 
-def record_path(name: str = RECORD) -> Path:
+def record_path(name: str = CHARLM_RECORD) -> Path:
     """Where the record ``name`` lives: the folder ``charlm_records`` shipped inside lipnb."""
     return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
 
 
-def charlm_record(name: str = RECORD) -> dict:
+def charlm_record(name: str = CHARLM_RECORD) -> dict:
     """The committed record ``name``: settings, provenance and one curve per (kind, depth)."""
-    if name not in RECORDS:
-        raise ValueError(f"name must be one of {list(RECORDS)}; got {name!r}")
+    if name not in CHARLM_RECORDS:
+        raise ValueError(f"name must be one of {list(CHARLM_RECORDS)}; got {name!r}")
     path = record_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"no language-model record at {path}; "
@@ -126,8 +136,8 @@ def replay_charlm(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors
     (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`)."""
     train, valid, alphabet = agnews_corpus()
     config = replace(run_settings(depth, seed), steps=steps)
-    return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
-                         log_every=SETTINGS["log_every"], divisors=divisors)
+    return train_char_lm(train, valid[: CHARLM_SETTINGS["valid_chars"]], len(alphabet), config, kind,
+                         log_every=CHARLM_SETTINGS["log_every"], divisors=divisors)
 
 
 def git_state() -> str:
@@ -163,20 +173,20 @@ def write_record(path: Path, record: dict) -> None:
     tmp.replace(path)
 
 
-def first_below(curve: Sequence[Mapping[str, Any]], level: float) -> int | None:
+def first_step_below(curve: Sequence[Mapping[str, Any]], level: float) -> int | None:
     """The first logged step of a recorded curve whose validation bits/char is below ``level`` (``None``: never,
     a diverged row never counts)."""
     return next((row["step"] for row in curve if not row["diverged"] and row["valid_bpc"] < level), None)
 
 
-def rises(curve: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """``(step, rise)`` for every logged row of a curve after the first: its training bits/char minus the lowest
-    logged before it (a spike is a large rise; diverged rows are left out)."""
-    logged = [(row["step"], row["train_bpc"]) for row in curve if not row["diverged"]]
+def loss_rises(curve: Sequence[Mapping[str, Any]], column: str = "train_bpc") -> list[tuple[int, float]]:
+    """``(step, rise)`` for every logged row of a curve after the first: its ``column`` (training bits/char by
+    default) minus the lowest logged before it (a spike is a large rise; diverged rows are left out)."""
+    logged = [(row["step"], row[column]) for row in curve if not row["diverged"]]
     return [(step, value - min(v for _, v in logged[:i])) for i, (step, value) in enumerate(logged) if i > 0]
 
 
-def value_at(curve: Sequence[Mapping[str, Any]], step: int, column: str = "valid_bpc") -> float:
+def logged_value(curve: Sequence[Mapping[str, Any]], step: int, column: str = "valid_bpc") -> float:
     """The ``column`` (validation bits/char by default) a recorded curve logged at ``step``."""
     for row in curve:
         if row["step"] == step and not row["diverged"]:
@@ -184,28 +194,143 @@ def value_at(curve: Sequence[Mapping[str, Any]], step: int, column: str = "valid
     raise ValueError(f"the curve logged no step {step} (logged: {[row['step'] for row in curve]})")
 
 
+def charlm_curves(*names: str) -> dict[tuple[Kind, int, int], list[dict]]:
+    """The logged rows of every run of the records ``names`` (all of :data:`CHARLM_RECORDS` by default), keyed by
+    ``(kind, depth, seed)``."""
+    curves = {}
+    for name in names or tuple(CHARLM_RECORDS):
+        for run in charlm_record(name)["runs"]:
+            curves[run["kind"], run["depth"], run.get("seed", 0)] = run["rows"]
+    return curves
+
+
+def curve_table(curves: Mapping[tuple[Kind, int, int], Sequence[Mapping[str, Any]]], *, at: int | None = None,
+                levels: Sequence[float] = ()) -> ResultTable:
+    """What a chapter reads off each recorded curve (Kim et al.'s Sec. 5.3 comparison), one row per run.
+
+    Columns ``kind, depth, seed, last_step, diverged`` (0 or 1), ``train_first`` (training bits/char at the first
+    logged step), ``valid_first`` and ``valid_last`` (validation bits/char at the first and last logged step),
+    ``valid_best`` (its lowest), ``valid_at`` (at step ``at``, when given), ``train_rise`` and
+    ``train_rise_step`` (the largest rise of the logged training loss above the lowest logged before it,
+    :func:`loss_rises`, and where it happens; 0 at the first step for a loss that never rises), ``valid_rise``
+    and ``valid_rise_step`` (the same for the validation loss), and for each of ``levels`` a column
+    ``below_<k>``: the first logged step below ``levels[k]`` (:func:`first_step_below`; NaN where never).
+    """
+    columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "last_step", "diverged", "train_first",
+                                                "valid_first", "valid_last", "valid_best", "train_rise",
+                                                "train_rise_step", "valid_rise", "valid_rise_step")}
+    if at is not None:
+        columns["valid_at"] = []
+    for k in range(len(levels)):
+        columns[f"below_{k}"] = []
+    for (kind, depth, seed), curve in curves.items():
+        logged = [row for row in curve if not row["diverged"]]
+        if not logged:
+            raise ValueError(f"the run ({kind}, {depth}, {seed}) logged no finite row")
+        never = (logged[0]["step"], 0.0)  # no rise: the loss never went above its lowest earlier value
+        train_step, train_rise = max([never, *loss_rises(curve)], key=lambda sr: sr[1])
+        valid_step, valid_rise = max([never, *loss_rises(curve, "valid_bpc")], key=lambda sr: sr[1])
+        row = {"kind": kind, "depth": depth, "seed": seed, "last_step": curve[-1]["step"],
+               "diverged": int(bool(curve[-1]["diverged"])), "train_first": logged[0]["train_bpc"],
+               "valid_first": logged[0]["valid_bpc"],
+               "valid_last": logged[-1]["valid_bpc"], "valid_best": min(r["valid_bpc"] for r in logged),
+               "train_rise": train_rise, "train_rise_step": train_step, "valid_rise": valid_rise,
+               "valid_rise_step": valid_step}
+        if at is not None:
+            row["valid_at"] = logged_value(curve, at)
+        for k, level in enumerate(levels):
+            step = first_step_below(curve, level)
+            row[f"below_{k}"] = math.nan if step is None else float(step)
+        for key, value in row.items():
+            columns[key].append(value)
+    return ResultTable.from_columns(columns, {"curves": len(curves), "at": at, "levels": list(levels)})
+
+
+def charlm_baselines(orders: tuple[int, ...] = (1, 2, 3, 4, 5)) -> ResultTable:
+    """The count-based baselines of the language models (Kim et al., Sec. 5.3): validation bits/char of ``n``-grams
+    fitted on the training split, on the runs' validation characters.
+
+    Columns ``order``, ``add_one`` (add-one smoothing; orders up to 4, NaN above: its dense table would not fit),
+    ``kneser_ney`` (interpolated Kneser-Ney, every character with its full context) and ``kneser_ney_windows``
+    (the same model scored as the language models are: windows of the context length whose context restarts at
+    each window, :func:`lipnb.experiments.ngram.kneser_ney_window_bits_per_char`). Cached.
+    """
+    window = CHARLM_SETTINGS["config"].context
+
+    def compute() -> dict[str, list]:
+        train, valid, alphabet = agnews_corpus()
+        scored, vocab = valid[: CHARLM_SETTINGS["valid_chars"]], len(alphabet)
+        return {"order": list(orders),
+                "add_one": [ngram_bits_per_char(train, scored, vocab, n) if n <= 4 else math.nan for n in orders],
+                "kneser_ney": [kneser_ney_bits_per_char(train, scored, vocab, n) for n in orders],
+                "kneser_ney_windows": [kneser_ney_window_bits_per_char(train, scored, vocab, n, window)
+                                       for n in orders]}
+
+    return cached_table("charlm_baselines", {"orders": list(orders), "window": window,
+                                             "valid_chars": CHARLM_SETTINGS["valid_chars"]}, compute)
+
+
+def replay_first_steps(runs: Sequence[tuple[Kind, int, int]], steps: int | None = None) -> ResultTable:
+    """The first ``steps`` steps (one logging interval by default) of each recorded run ``(kind, depth, seed)``,
+    re-run now (:func:`replay_charlm`) beside the record: columns ``kind, depth, seed, train_rerun,
+    train_record, valid_rerun, valid_record`` (bits/char at the first logged step). Never cached: it is the test
+    that the code still trains what the record holds."""
+    steps = CHARLM_SETTINGS["log_every"] if steps is None else steps
+    curves = charlm_curves(*dict.fromkeys(record_of(depth) for _, depth, _ in runs))
+    columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "train_rerun", "train_record",
+                                                "valid_rerun", "valid_record")}
+    for kind, depth, seed in runs:
+        row, ref = replay_charlm(kind, depth, steps, seed=seed)[0], curves[kind, depth, seed][0]
+        if ref["step"] != row["step"]:
+            raise ValueError(f"the record's first logged step is {ref['step']}, the re-run's {row['step']}")
+        for key, value in zip(columns, (kind, depth, seed, row["train_bpc"], ref["train_bpc"], row["valid_bpc"],
+                                        ref["valid_bpc"]), strict=True):
+            columns[key].append(value)
+    return ResultTable.from_columns(columns, {"steps": steps, "runs": len(runs)})
+
+
+def contractive_divisors(depths: Sequence[int]) -> ResultTable:
+    """What each block of the contractive model divides its attention by at initialisation (Theorem 3.2's sharpened
+    2-norm bound at the context length, at least 1), rebuilt exactly as each recorded run at ``depths`` started:
+    columns ``depth, block, divisor``."""
+    _, _, alphabet = agnews_corpus()
+    columns: dict[str, list] = {"depth": [], "block": [], "divisor": []}
+    for depth in depths:
+        config = run_settings(depth)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = CharLM(len(alphabet), config, "l2-contractive")
+        with torch.no_grad():
+            for block, layer in enumerate(model.blocks):
+                columns["depth"].append(depth)
+                columns["block"].append(block)
+                columns["divisor"].append(float(layer["attn"].bound(config.context).clamp_min(1.0)))
+    return ResultTable.from_columns(columns, {"depths": list(depths)})
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", choices=list(RECORDS), default=RECORD)
+    parser.add_argument("--record", choices=list(CHARLM_RECORDS), default=CHARLM_RECORD)
     parser.add_argument("--out", type=Path, help="where to write the record (default: its place in lipnb)")
     parser.add_argument("--drift", action="store_true",
                         help="re-run the first logged steps of every recorded run here and store the largest "
                              "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
     args = parser.parse_args(argv)
-    out, spec = args.out or record_path(args.record), RECORDS[args.record]
+    out, spec = args.out or record_path(args.record), CHARLM_RECORDS[args.record]
     torch.set_num_threads(1)
     if args.drift:
         record = json.loads(out.read_text())
         per_run = []  # each run's largest difference, in the order of the runs
         for run in record["runs"]:
-            row = replay_charlm(run["kind"], run["depth"], SETTINGS["log_every"], seed=run.get("seed", 0))[0]
+            row = replay_charlm(run["kind"], run["depth"], CHARLM_SETTINGS["log_every"], seed=run.get("seed", 0))[0]
             ref = run["rows"][0]
             per_run.append(max(abs(row["train_bpc"] - ref["train_bpc"]), abs(row["valid_bpc"] - ref["valid_bpc"])))
         drift = max(per_run)
         capability = torch.backends.cpu.get_cpu_capability().lower()
-        record.setdefault("replay_drift", {})[capability] = {"steps": SETTINGS["log_every"], "max_abs_bpc": drift,
-                                                             "per_run_max_abs_bpc": per_run, "git": git_state()}
+        record.setdefault("replay_drift", {})[capability] = {
+            "steps": CHARLM_SETTINGS["log_every"], "max_abs_bpc": drift, "per_run_max_abs_bpc": per_run,
+            "git": git_state()}
         write_record(out, record)
         print(f"largest difference of the first logged values under {capability}: {drift:.3g} bits/char")
         return 0
@@ -215,10 +340,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "experiment": "char LMs on AG_NEWS text: dot-product, L2, contractive L2 attention (Kim et al. Sec. 5.3)",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": "python -m lipnb.experiments.charlm_runs " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "settings": {"config": asdict(replace(SETTINGS["config"], steps=spec["steps"])), "depths": list(spec["depths"]),
-                     "kinds": list(kinds_of(args.record)), "seeds": list(seeds_of(args.record)),
-                     "log_every": SETTINGS["log_every"],
-                     "valid_chars": SETTINGS["valid_chars"], "train_chars": len(train),
+        "settings": {"config": asdict(replace(CHARLM_SETTINGS["config"], steps=spec["steps"])),
+                     "depths": list(spec["depths"]),
+                     "kinds": list(charlm_kinds(args.record)), "seeds": list(charlm_seeds(args.record)),
+                     "log_every": CHARLM_SETTINGS["log_every"],
+                     "valid_chars": CHARLM_SETTINGS["valid_chars"], "train_chars": len(train),
                      "valid_split_chars": len(valid), "alphabet": len(alphabet)},
         "machine": {"cpu": cpu_name(), "cores": os.cpu_count(), "threads": torch.get_num_threads(),
                     "platform": platform.platform(), "aten_cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -229,11 +355,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     # The shallower depth first, every seed of it, so that a cut-off leaves whole depths.
     for depth in sorted(spec["depths"]):
-        for seed in seeds_of(args.record):
-            for kind in kinds_of(args.record):
+        for seed in charlm_seeds(args.record):
+            for kind in charlm_kinds(args.record):
                 start = time.process_time()
-                rows = train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), run_settings(depth, seed),
-                                     kind, log_every=SETTINGS["log_every"])
+                rows = train_char_lm(train, valid[: CHARLM_SETTINGS["valid_chars"]], len(alphabet),
+                                     run_settings(depth, seed), kind, log_every=CHARLM_SETTINGS["log_every"])
                 for row in rows:
                     if row["diverged"]:
                         row["train_bpc"] = row["valid_bpc"] = None

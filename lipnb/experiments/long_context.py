@@ -41,16 +41,17 @@ from ..results import cached_table
 from .charlm_runs import cpu_name, git_state, write_record
 from .real_text import token_radius
 
-__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "MODEL", "RECORD", "RECORDS", "WINDOWS",
-           "agreement", "attention_rows", "head_table", "layer_table", "long_context_record", "main", "measure_text",
-           "record_path", "replay_long_context", "rounding_sensitivity", "rounding_steps", "sink_terms"]
+__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "LONG_CONTEXT_MODEL", "RECORD", "RECORDS",
+           "WINDOWS", "agreement", "attention_rows", "long_context_heads", "long_context_layers", "long_context_record",
+           "main", "measure_text", "record_path", "replay_long_context", "rounding_sensitivity", "rounding_steps",
+           "sink_terms"]
 
-MODEL, RECORD = "smollm2", "smollm2-long"
+LONG_CONTEXT_MODEL, RECORD = "smollm2", "smollm2-long"
 GPU_RECORD = "smollm2-long-gpu"   # every layer at nine lengths, three windows, on one GPU
 RECORDS = (RECORD, GPU_RECORD)
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 ALL_LAYERS = (512, 2048)            # lengths at which every layer is measured
-LAYERS = (0, 14, 27, 29)            # first, middle, fastest-growing at short lengths (chapter 24), last
+LAYERS = (0, 14, 27, 29)            # first, middle, fastest-growing between n = 16 and 128 on Alice, last
 DEEPEST = 8192                      # the longest length: FOCUS alone, one window per text
 FOCUS = 27
 WINDOWS = 2                         # windows per text and length (one at DEEPEST)
@@ -74,8 +75,8 @@ def agreement(first: dict, second: dict) -> pd.DataFrame:
     approximates the top singular value) two certified values of one norm differ by at most ``error_a + error_b``
     (relative)."""
     keys = ["text", "n", "window", "layer"]
-    joined = layer_table(first)[[*keys, "lip", "error"]].merge(
-        layer_table(second)[[*keys, "lip", "error"]], on=keys, suffixes=("_a", "_b"))
+    joined = long_context_layers(first)[[*keys, "lip", "error"]].merge(
+        long_context_layers(second)[[*keys, "lip", "error"]], on=keys, suffixes=("_a", "_b"))
     return joined.assign(gap=(joined.lip_a / joined.lip_b - 1).abs())
 
 
@@ -97,7 +98,7 @@ def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") 
     params = {"lengths": list(lengths), "text": text, "layer": FOCUS}
 
     def compute() -> dict[str, list]:
-        model = models.load_shared(MODEL)[0]
+        model = models.load_shared(LONG_CONTEXT_MODEL)[0]
         attention = model.layers[FOCUS].self_attn
         k = attention.head_dim
         rows: dict[str, list] = {"n": [], "head": [], "sink_share": [], "sink_token": [], "value_term": []}
@@ -120,14 +121,16 @@ def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") 
 
 
 def _windows(text: str, n: int, count: int | None = None) -> Tensor:
-    tokenizer = models.load_shared(MODEL)[1]
+    tokenizer = models.load_shared(LONG_CONTEXT_MODEL)[1]
     count = (1 if n == DEEPEST else WINDOWS) if count is None else count
     return data.token_sequences(data.dataset_text(text), tokenizer, [n], count, restart_per_length=True)[n]
 
 
 def _layers(n: int) -> list[int]:
     chosen = GRID[n]
-    return list(range(models.num_layers(models.load_shared(MODEL)[0]))) if chosen == "all" else list(chosen)
+    if chosen != "all":
+        return list(chosen)
+    return list(range(models.num_layers(models.load_shared(LONG_CONTEXT_MODEL)[0])))
 
 
 def _timed(job: object) -> tuple[object, float, float]:
@@ -147,7 +150,7 @@ def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, wind
         raise ValueError(f"n must be one of {LENGTHS} unless layers are given; got {n!r}")
     check_positive_int(n, "n", minimum=2)
     heads = n < DEEPEST if heads is None else heads
-    model = models.load_shared(MODEL)[0]
+    model = models.load_shared(LONG_CONTEXT_MODEL)[0]
     ids = _windows(text, n, windows)
     chosen = _layers(n) if layers is None else list(layers)
     inputs, forward_s, _ = _timed(lambda: models.attention_inputs(model, chosen, ids, "mha"))
@@ -194,12 +197,12 @@ def _peak_rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
-def layer_table(record: dict | None = None) -> pd.DataFrame:
+def long_context_layers(record: dict | None = None) -> pd.DataFrame:
     """The record's layer rows as a table."""
     return pd.DataFrame((record or long_context_record())["rows"])
 
 
-def head_table(record: dict | None = None) -> pd.DataFrame:
+def long_context_heads(record: dict | None = None) -> pd.DataFrame:
     """The record's per-head rows (layer ``FOCUS``) as a table."""
     return pd.DataFrame((record or long_context_record())["heads"])
 
@@ -207,7 +210,7 @@ def head_table(record: dict | None = None) -> pd.DataFrame:
 def replay_long_context(text: str, n: int, layer: int, record: dict | None = None) -> pd.DataFrame:
     """Re-measure ``record``'s (default the CPU record's) windows of ``text`` at ``n`` for ``layer`` here, beside
     the recorded values."""
-    stored = layer_table(record)
+    stored = long_context_layers(record)
     stored = stored[(stored.text == text) & (stored.n == n) & (stored.layer == layer)]
     if stored.empty:
         raise ValueError(f"the record has no rows for text={text!r}, n={n!r}, layer={layer!r}")
@@ -232,7 +235,7 @@ def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, te
     params = {"lengths": list(lengths), "draws": draws, "text": text, "layer": FOCUS}
 
     def compute() -> dict[str, list]:
-        model = models.load_shared(MODEL)[0]
+        model = models.load_shared(LONG_CONTEXT_MODEL)[0]
         noisy = copy.deepcopy(model)
         projections = [getattr(noisy.layers[FOCUS].self_attn, name) for name in ("q_proj", "k_proj", "v_proj",
                                                                                   "o_proj")]
@@ -296,7 +299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows, heads = measure_text(args.text, n, layers=args.layers, windows=args.windows,
                                    heads=True if args.heads else None, log=True)
         record = json.loads(path.read_text()) if path.exists() else {
-            "schema": 1, "model": MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
+            "schema": 1, "model": LONG_CONTEXT_MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
             "grid": {str(k): v for k, v in GRID.items()} if args.layers is None else args.layers,
             "windows": args.windows or WINDOWS, "rows": [], "heads": [],
             "provenance": []}

@@ -14,7 +14,7 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
              "head_matrices", "is_decoder", "layer_module", "num_layers"),
     "heads": ("attention_layernorm", "bias_perturbation_effect", "layernorm_activations", "per_head_lipschitz",
               "textbook_multihead"),
-    "llama": ("aligned_input", "offset_spectra"),
+    "llama": ("aligned_input", "offset_matrices", "offset_spectra"),
     "loading": ("HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "OfflineError", "load", "load_shared",
                 "minilm_trained_length"),
     "quantization": ("attention_linears", "quantized_attention"),

@@ -3,7 +3,7 @@
 ``random_llama`` builds a small one offline from a ``transformers`` config (with GPT-2's tokenizer for text);
 ``lipnb.models.load("smollm2")`` gives a pretrained one. Rotary positions rotate the query and key of the token
 at position ``p`` by ``R_p``, so the score of query ``i`` and key ``j`` is ``<A_{i-j} x_i, x_j>`` with the
-per-offset matrix ``A_m = s K_gᵀ R_m Q_h`` (:func:`head_matrices`): Lemma C.2 holds with that per-pair matrix,
+per-offset matrix ``A_m = s K_gᵀ R_m Q_h`` (:func:`offset_matrices`): Lemma C.2 holds with that per-pair matrix,
 and :class:`RotaryAttentionMap` applies its Jacobian in closed form. ``attention_map`` gives a layer's
 ``"mha"`` (what ``LlamaAttention`` computes on the tokens entering it, causal), ``"block"`` (``X +
 mha(RMSNorm(X))``) or one head, with the rotation on (as the model runs) or off. ``offset_spectra`` gives
@@ -37,9 +37,9 @@ __all__ = [
     "aligned_input",
     "attention_map",
     "head_A",
-    "head_matrices",
     "is_llama",
     "module_map",
+    "offset_matrices",
     "offset_spectra",
     "random_llama",
     "rotate",
@@ -333,7 +333,7 @@ def module_map(model: nn.Module, layer: int) -> Callable[[Tensor], Tensor]:
     return f
 
 
-def head_matrices(model: nn.Module, layer: int, offsets: Sequence[int] = (0,)) -> Tensor:
+def offset_matrices(model: nn.Module, layer: int, offsets: Sequence[int] = (0,)) -> Tensor:
     """Rotary Def 2.1: ``A_h(m) = scale K_gᵀ R_m Q_h`` of every head ``h`` (group ``g``) at each offset ``m = i - j``,
     ``(len(offsets), H, d, d)``, float64: the score of query ``i`` and key ``j`` is ``<A_h(i-j) x_i, x_j>``."""
     attn = _check(model, layer)

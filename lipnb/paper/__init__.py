@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..lazy import lazy_modules, published_names
 
 PUBLISHED: dict[str, tuple[str, ...]] = {
-    "paper_numbers": ("PUBLISHED", "number"),
+    "paper_numbers": ("PUBLISHED", "PUBLISHED_NUMBERS", "number"),
     "paper_settings": ("ADVERSARIAL_RANDOM_GPT2", "CORRECTIONS", "REAL_DATA_RANDOM_GPT2", "decoder_output_tuple_map",
                        "paper_random_gpt2", "random_gpt2_adversarial_panel", "random_gpt2_attention",
                        "random_gpt2_real_data_panel", "training_inputs"),

@@ -9,12 +9,37 @@ read their settings from here (:data:`lipnb.paper.published.SCRIPT_SETTINGS`, :m
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["PUBLISHED", "PublishedNumber", "Role", "number", "value"]
+__all__ = ["PUBLISHED", "PUBLISHED_NUMBERS", "SCRIPTS", "PublishedNumber", "Role", "number", "value"]
 
 Role = Literal["claim", "drawn curve", "setting"]
+
+# The published scripts in words, for the reading text (where a number is typed in, in which script).
+SCRIPTS: dict[str, str] = {
+    "adversarial_data/adversarial.py": "the adversarial-input script",
+    "adversarial_data/toolbox.py": "the adversarial toolbox",
+    "gpt2_random/process_gpt_random.py": "the random-GPT-2 data script",
+    "gpt2_random/compute_gpt_random.py": "the random-GPT-2 estimator script",
+    "gpt2_random/plot_gpt_random.py": "the random-GPT-2 plotting script",
+    "bert_encoder/process_bert_encoder.py": "the BERT-encoder data script",
+    "bert_encoder/compute_bert_encoder.py": "the BERT-encoder estimator script",
+    "bert_encoder/plot_bert_encoder.py": "the BERT-encoder plotting script",
+    "bert_decoder/process_bert_decoder.py": "the BERT-decoder data script",
+    "bert_decoder/compute_bert_decoder.py": "the BERT-decoder estimator script",
+    "bert_decoder/plot_bert_decoder.py": "the BERT-decoder plotting script",
+    "gpt_2/compute_gpt.py": "the pretrained-GPT-2 estimator script",
+    "gpt_2/plot_gpt.py": "the pretrained-GPT-2 plotting script",
+}
+_SCRIPT_LINES = re.compile(r"([\w/]+\.py):(\d+(?:-\d+)?)((?:, :\d+(?:-\d+)?)*)")
+
+
+def _lines_in_words(match: re.Match[str]) -> str:
+    lines = [match.group(2), *re.findall(r":(\d+(?:-\d+)?)", match.group(3))]
+    words = " and ".join([", ".join(lines[:-1]), lines[-1]] if len(lines) > 1 else lines)
+    return f"{SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '-' in lines[0] else ''} {words}"
 
 
 @dataclass(frozen=True)
@@ -34,15 +59,20 @@ class PublishedNumber:
     exponent: float | None = None
 
     def shown(self) -> str:
-        """The number as the paper or script writes it."""
+        """The number as the paper or script writes it (a drawn curve as the formula ``$0.92\\,n^{0.5}$``)."""
         v = self.value
         if self.exponent is not None:
-            return f"{v:g}·n^{self.exponent:g}"
+            return f"${v:g}\\,n^{{{self.exponent:g}}}$"
         if isinstance(v, tuple):
             if len(v) == 2:
                 return f"{v[0]:g} to {v[1]:g}"
             return f"{v[0]:g}, {v[1]:g}, …, {v[-1]:g}"
         return f"{v:g}"
+
+    def cited(self) -> str:
+        """Where the number is printed, in words: the paper's section, or the published script and line
+        ("Sec. 5.2; the adversarial-input script, line 28")."""
+        return _SCRIPT_LINES.sub(_lines_in_words, self.source)
 
 
 _BERT, _GPT2, _RANDOM = "bert-base-uncased", "gpt2", "gpt2-random"
@@ -88,13 +118,23 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
     _P("radius-bert-decoder", "mean token radius of real data, BERT decoder (the panel's R)", 21.5,
        "Sec. 5.2; " + _ADV + ":28", "claim", _BERT),
     _P("radius-random-gpt2", "token magnitude of real data, random GPT-2", 27.7, "Sec. 5.2", "claim", _RANDOM),
-    # App. C.5 (Figure 2): the factor of Proposition 3.4's regime n - 1 <= e^{2γR²} on BERT's heads.
-    _P("c5-factor-bert", "2γ_h R_ℓ² over BERT's heads (App. C.5, Fig. 2)", (100.0, 1000.0), "App. C.5, Fig. 2",
-       "claim", _BERT),
+    # Sec. 3.2: the factor 2γR² of Proposition 3.4's regime n - 1 <= e^{2γR²} is "of the order of 10² to 10³" for
+    # real data and pretrained GPT-2 and BERT; App. C.5 (Figure 2) plots it over BERT's heads.
+    _P("c5-factor", "2γR² over the heads of pretrained GPT-2 and BERT (App. C.5's Fig. 2 plots BERT's)",
+       (100.0, 1000.0), "Sec. 3.2; App. C.5, Fig. 2", "claim", _BERT),
+    _P("c5-extracts", "text extracts of Alice behind App. C.5's Fig. 2 (BERT)", 5.0, "App. C.5", "setting", _BERT),
     # Settings of the adversarial panels (adversarial_data/adversarial.py).
     _P("adv-R-random-gpt2", "R of the random-GPT-2 adversarial panel", 100.0, "Sec. 5.2; " + _ADV + ":67", "setting",
        _RANDOM),
     _P("adv-R-gpt2", "R of the pretrained-GPT-2 adversarial panel", 10.0, _ADV + ":79", "setting", _GPT2),
+    _P("adv-layer-gpt2", "layer of the pretrained-GPT-2 adversarial panel", 0.0, _ADV + ":78", "setting", _GPT2),
+    _P("adv-head-gpt2", "head of the pretrained-GPT-2 adversarial panel", 0.0, _ADV + ":82", "setting", _GPT2),
+    _P("adv-layer-bert-encoder", "layer of the BERT-encoder adversarial panel", 0.0, _ADV + ":27", "setting",
+       _BERT),
+    _P("adv-head-bert-encoder", "head of the BERT-encoder adversarial panel", 0.0, _ADV + ":31", "setting", _BERT),
+    _P("adv-layer-bert-decoder", "layer of the BERT-decoder adversarial panel", 6.0, _ADV + ":27", "setting",
+       _BERT),
+    _P("adv-head-bert-decoder", "head of the BERT-decoder adversarial panel", 7.0, _ADV + ":31", "setting", _BERT),
     _P("adv-seed-random-gpt2", "seed of the random GPT-2 of the adversarial panel", 320.0, _ADV + ":60", "setting",
        _RANDOM),
     _P("adv-layer-random-gpt2", "layer of the random-GPT-2 adversarial panel", 6.0, _ADV + ":66", "setting", _RANDOM),
@@ -114,6 +154,13 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
        tuple(float(n) for n in range(2, 512, 10)), "bert_encoder/process_bert_encoder.py:58", "setting", _BERT),
     _P("real-per-length", "sequences per length (real data)", 10.0, "Sec. 5.1; " + _RND + "process_gpt_random.py:104",
        "setting"),
+    _P("ag-news-articles", "AG_NEWS test articles joined into one text, the first ones in the file", 1000.0,
+       _RND + "process_gpt_random.py:41, :43", "setting"),
+    # Sec. 5: "Both models have 12 multi-head attention layers, and 12 attention heads per layer, with an embedding
+    # dimension d = 768" (BERT-base and GPT-2 small).
+    _P("model-layers", "attention layers of BERT and GPT-2", 12.0, "Sec. 5", "setting"),
+    _P("model-heads", "heads per attention layer of BERT and GPT-2", 12.0, "Sec. 5", "setting"),
+    _P("model-d", "embedding dimension d of BERT and GPT-2", 768.0, "Sec. 5", "setting"),
     _P("plot-cut-random-gpt2", "random-GPT-2 real-data plot: points at or below this value are not drawn", 0.1,
        _RND + "plot_gpt_random.py:51-53", "setting", _RANDOM),
     # The stopping rule of each script's loc_lipschitz (threshold on successive quotients, iteration cap).
@@ -138,6 +185,9 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
     _P("max_iter:adversarial_data/toolbox.py", "estimator iteration cap, adversarial panels", 100.0,
        "adversarial_data/toolbox.py:5", "setting"),
 )
+
+# The same table under a name that the floor can publish (its own ``PUBLISHED`` names what the floor publishes).
+PUBLISHED_NUMBERS = PUBLISHED
 
 _BY_KEY = {n.key: n for n in PUBLISHED}
 if len(_BY_KEY) != len(PUBLISHED):

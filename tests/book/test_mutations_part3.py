@@ -1,8 +1,11 @@
-"""Mutation test of Part III (chapters 31, 33 and 35): each chapter check can fail.
+"""Mutation test of Part III (chapters l2_attention, l2_derivation, invertible, language_models and
+deep_language_models): each chapter check can fail.
 
 Each mutation replaces one formula of ``lipnb.core.l2_self_attention``, ``lipnb.core.l2_bounds``,
-``lipnb.core.invertible`` or ``lipnb.experiments.charlm`` by a wrong one: a factor dropped, a power of a weight
-norm changed, the Lambert-W argument of the paper's print, a sign flipped. Under it, the chapter named runs its
+``lipnb.core.invertible``, ``lipnb.experiments.charlm``, ``lipnb.experiments.ngram`` or
+``lipnb.experiments.charlm_runs`` by a wrong one: a factor dropped, a power of a weight norm changed, the
+Lambert-W argument of the paper's print, a sign flipped, a baseline given the context the models do not see,
+a curve read in the wrong column. Under it, the chapter named runs its
 own code cells from an empty results cache and the check named must be the first to fail (the mechanism:
 ``tests/book/chapter_mutations.py``); no check is copied here.
 
@@ -16,6 +19,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from chapter_mutations import ChapterMutation, apply, chapter_mutation_test, isolated, run_chapter
@@ -23,7 +27,7 @@ from scipy.special import lambertw
 
 from lipnb.core import invertible, l2_bounds
 from lipnb.core.l2_self_attention import L2Heads, L2Linearization
-from lipnb.experiments import charlm
+from lipnb.experiments import charlm, charlm_runs, ngram
 
 f64 = torch.float64
 
@@ -32,13 +36,13 @@ f64 = torch.float64
 
 
 def _phi_printed(_: Callable) -> Callable:
-    """The paper's print: φ⁻¹(N-1) = W₀(N/e), i.e. φ⁻¹(y) = W₀((y+1)/e)."""
-    return lambda y: torch.as_tensor(lambertw((float(y) + 1) / math.e).real, dtype=f64)
+    """The paper's print: φ⁻¹(N-1) = W₀(N/e), i.e. φ⁻¹(y) = W₀((y+1)/e) (for a number or a tensor of them)."""
+    return lambda y: torch.as_tensor(lambertw((np.asarray(y, dtype=float) + 1) / math.e).real, dtype=f64)
 
 
 def _phi_without_e(_: Callable) -> Callable:
-    """φ⁻¹(y) = W₀(y): the division by e dropped."""
-    return lambda y: torch.as_tensor(lambertw(float(y)).real, dtype=f64)
+    """φ⁻¹(y) = W₀(y): the division by e dropped (for a number or a tensor of them)."""
+    return lambda y: torch.as_tensor(lambertw(np.asarray(y, dtype=float)).real, dtype=f64)
 
 
 def _jvp_without_key_term(_: Callable) -> Callable:
@@ -126,6 +130,17 @@ def _log_in_nats(original: Callable) -> Callable:
     return lambda *args, **kw: original(*args, **kw) * math.log(2)
 
 
+def _windows_with_full_context(_: Callable) -> Callable:
+    """The baseline on the models' windows scored with every character's full context (the protocol slipping
+    back)."""
+    return lambda train, valid, vocab, order, window: ngram.kneser_ney_bits_per_char(train, valid, vocab, order)
+
+
+def _rises_of_the_training_loss(original: Callable) -> Callable:
+    """Rises read from the training loss whatever column is asked for."""
+    return lambda curve, column="train_bpc": original(curve)
+
+
 M = ChapterMutation
 SCALED = "bounds-keep-ratio"
 LAMBERT = "lambert-grid-max"
@@ -133,18 +148,18 @@ RATE = "rate-band"
 REPLAY = "replay-matches-record"
 
 MUTATIONS: dict[str, ChapterMutation] = {
-    "phi_inverse as printed, W0(N/e)": M(l2_bounds, "phi_inverse", _phi_printed, "l2_attention", LAMBERT),
-    "phi_inverse without /e": M(l2_bounds, "phi_inverse", _phi_without_e, "l2_attention", LAMBERT),
+    "phi_inverse as printed, W0(N/e)": M(l2_bounds, "phi_inverse", _phi_printed, "l2_derivation", LAMBERT),
+    "phi_inverse without /e": M(l2_bounds, "phi_inverse", _phi_without_e, "l2_derivation", LAMBERT),
     "closed-form JVP drops -<k_j, dk_j>": M(
         L2Linearization, "jvp", _jvp_without_key_term, "l2_attention",
         "closed-forms-equal-autograd"),
     "2-norm bound with |W^Q|^2 (one power)": M(
-        l2_bounds, "theorem_3_2_two", _two_norm_weights(2, 2), "l2_attention",
+        l2_bounds, "theorem_3_2_two", _two_norm_weights(2, 2), "l2_derivation",
         "corrected-bound-holds"),
     "2-norm bound with |W^V|^1": M(l2_bounds, "theorem_3_2_two", _two_norm_weights(4, 1), "l2_attention",
                                    SCALED),
     "printed 2-norm bound given the square": M(l2_bounds, "theorem_3_2_two_as_printed", _printed_with_square,
-                                               "l2_attention", "printed-bound-beaten"),
+                                               "l2_derivation", "printed-bound-beaten"),
     "∞-norm bound drops the factor 4": M(l2_bounds, "theorem_3_2_inf", _inf_bound(1.0, 2), "l2_attention",
                                          "inf-bound-band"),
     "∞-norm bound with one factor of W^Q": M(l2_bounds, "theorem_3_2_inf", _inf_bound(4.0, 1), "l2_attention",
@@ -158,6 +173,11 @@ MUTATIONS: dict[str, ChapterMutation] = {
                                        REPLAY),
     "n-gram baseline in nats": M(charlm, "ngram_bits_per_char", _log_in_nats, "language_models",
                                  "kneser-ney-beats-add-one"),
+    "baseline on the windows given full context": M(ngram, "kneser_ney_window_bits_per_char",
+                                                    _windows_with_full_context, "language_models",
+                                                    "window-protocol-costs-bits"),
+    "validation rises read from the training loss": M(charlm_runs, "loss_rises", _rises_of_the_training_loss,
+                                                      "deep_language_models", "validation-peak-rises"),
 }
 
 test_mutation_fails_the_chapters_check = chapter_mutation_test(MUTATIONS)
@@ -183,11 +203,11 @@ SURVIVORS: dict[str, tuple[ChapterMutation, str]] = {
     "∞-norm bound with W0(N/e)": (
         M(l2_bounds, "theorem_3_2_inf", _inf_bound_printed_lambert, "l2_attention", ""),
         "a looser bound: optimised inputs still reach 0.6-1 of it (the band's low end is not tight)"),
-    "2-norm bound without sqrt(N), chapter 31": (
+    "2-norm bound without sqrt(N), l2_attention": (
         M(l2_bounds, "theorem_3_2_two", _two_norm_without_sqrt_n, "l2_attention", ""),
         "optimised inputs reach under half of the sharpened 2-norm bound at N = 4 and 8, so a factor sqrt(N) < 3 "
-        "goes unnoticed; only the N-dependence of chapter 32 would show it"),
-    "2-norm bound without sqrt(N), chapter 33": (
+        "goes unnoticed; only the N-dependence of l2_tightness would show it"),
+    "2-norm bound without sqrt(N), invertible": (
         M(l2_bounds, "theorem_3_2_two", _two_norm_without_sqrt_n, "invertible", ""),
         "c is taken from the bound (a smaller bound gives a larger c), and the rate is compared with "
         "c·ϱ(D_X F), whatever c is"),

@@ -33,13 +33,13 @@ def test_rounding_steps_recover_the_q4_1_grid() -> None:
 
 
 def test_the_record_holds_the_grid_and_converged_values() -> None:
-    table = lc.layer_table()
+    table = lc.long_context_layers()
     assert set(table.text) == {"alice", "ag_news"}
     for n, chosen in lc.GRID.items():
         layers = set(table[table.n == n].layer)
         assert layers == (set(range(30)) if chosen == "all" else set(chosen))
     assert bool(table.converged.all())
-    assert set(lc.head_table().n) == {n for n in lc.LENGTHS if n < lc.DEEPEST}
+    assert set(lc.long_context_heads().n) == {n for n in lc.LENGTHS if n < lc.DEEPEST}
 
 
 def test_bad_requests_are_refused_before_any_work() -> None:
@@ -55,14 +55,14 @@ def test_bad_requests_are_refused_before_any_work() -> None:
 
 def test_the_gpu_record_holds_every_layer_at_every_length() -> None:
     record = lc.long_context_record(lc.GPU_RECORD)
-    table = lc.layer_table(record)
+    table = lc.long_context_layers(record)
     lengths = record["grid"]["lengths"]
     assert sorted(set(table.n)) == lengths
     cells = table.groupby(["text", "n"]).agg(layers=("layer", "nunique"), windows=("window", "nunique"))
     assert bool((cells.layers == 30).all() & (cells.windows == record["windows"]).all())
     assert len(table) == 2 * len(lengths) * 30 * record["windows"]
     assert bool(table.converged.all())
-    heads = lc.head_table(record)
+    heads = lc.long_context_heads(record)
     assert set(heads.n) == set(lengths) and set(heads.layer) == {lc.FOCUS}
 
 

@@ -4,11 +4,23 @@ intervals."""
 from __future__ import annotations
 
 import hypothesis.strategies as st
+import pandas as pd
 import pytest
 import torch
 from hypothesis import given
+from scipy import stats as scipy_stats
 
-from lipnb.experiments.stats import bootstrap_slope, fit_line, lack_of_fit, local_slopes, side, student_interval
+from lipnb.experiments.stats import (
+    EXPONENT_MARGIN,
+    bootstrap_slope,
+    fit_line,
+    growth_fits,
+    lack_of_fit,
+    local_slopes,
+    mean_curve_slope,
+    side,
+    student_interval,
+)
 
 F64 = torch.float64
 
@@ -97,3 +109,39 @@ def test_side_places_an_interval_against_a_threshold_with_its_margin() -> None:
     assert side(0.3, 0.4, 0.5, 0.05) == "below"
     assert side(0.3, 0.48, 0.5, 0.05) == "below, within the margin"
     assert side(0.45, 0.55, 0.5, 0.05) == "contains it"
+    assert side(0.52, 0.7) == "above, within the margin" and EXPONENT_MARGIN == 0.05
+
+
+def test_mean_curve_slope_is_the_student_line_through_the_means_by_hand() -> None:
+    """Against a hand computation: the per-length means, their least-squares slope, its standard error and scipy's
+    Student quantile on G - 2 degrees of freedom; with equal replicates the slope is that of all the points."""
+    x, y = _replicated(lambda n: n / (n + 20), seed=5)
+    levels = torch.unique(x)
+    means = torch.stack([y[x == v].mean() for v in levels])
+    xc = levels - levels.mean()
+    slope = float((xc * (means - means.mean())).sum() / xc.square().sum())
+    residual = means - means.mean() - slope * xc
+    se = float((residual.square().sum() / (len(levels) - 2) / xc.square().sum()).sqrt())
+    half = float(scipy_stats.t.ppf(0.975, len(levels) - 2)) * se
+    fit = mean_curve_slope(x, y)
+    assert fit.slope == pytest.approx(slope, rel=1e-12)
+    assert (fit.low, fit.high) == pytest.approx((slope - half, slope + half), rel=1e-12)
+    assert fit.slope == pytest.approx(bootstrap_slope(x, y)[0], rel=1e-12)
+    with pytest.raises(ValueError, match="3 distinct"):
+        mean_curve_slope(torch.tensor([1.0, 1, 2, 2]), torch.tensor([1.0, 2, 3, 4]))
+
+
+def test_the_interval_on_the_means_widens_with_lack_of_fit_where_the_bootstrap_does_not() -> None:
+    """A curve that bends (rejected by the lack-of-fit test) with little scatter: the bootstrap within each length
+    gives an interval far narrower than the Student interval on the means, which sees the bend; growth_fits
+    reports either on request."""
+    x, y = _replicated(lambda n: n / (n + 20), seed=1, noise=0.01)
+    assert lack_of_fit(x, y).p < 1e-8
+    _, low, high = bootstrap_slope(x, y)
+    fit = mean_curve_slope(x, y)
+    assert fit.high - fit.low > 5 * (high - low)
+    table = pd.DataFrame({"k": 0, "n": x.exp().round().numpy(), "lip": y.exp().numpy()})
+    means = growth_fits(table, ["k"], interval="means").iloc[0]
+    assert (means.alpha, means.low, means.high) == pytest.approx((fit.slope, fit.low, fit.high), rel=1e-9)
+    with pytest.raises(ValueError, match="interval"):
+        growth_fits(table, ["k"], interval="t")

@@ -63,8 +63,24 @@ def test_published_numbers_have_unique_keys_roles_and_sources() -> None:
         assert (p.exponent is not None) == (p.role == "drawn curve")
         # A paper section, appendix or figure, or a script path with its line.
         assert re.search(r"Sec\. \d|App\. [C-E]|\.py:\d+", p.source), p.source
-    assert paper_numbers.number("drawn-adv-random-gpt2").shown() == "0.92·n^0.5"
-    assert paper_numbers.number("c5-factor-bert").shown() == "100 to 1000"
+    assert paper_numbers.number("drawn-adv-random-gpt2").shown() == "$0.92\\,n^{0.5}$"
+    assert paper_numbers.number("c5-factor").shown() == "100 to 1000"
+
+
+def test_published_numbers_say_where_they_are_printed_in_words() -> None:
+    cited = {p.key: p.cited() for p in paper_numbers.PUBLISHED}
+    assert cited["drawn-real-random-gpt2"] == "the random-GPT-2 plotting script, lines 62 and 129"
+    assert cited["adv-lengths"] == "the adversarial-input script, lines 29, 68 and 80"
+    assert cited["plot-cut-random-gpt2"] == "the random-GPT-2 plotting script, lines 51-53"
+    assert cited["radius-bert-encoder"] == "Sec. 5.2; the adversarial-input script, line 28"
+    assert not any(".py" in c or "/" in c for c in cited.values())   # no file name reaches the page
+    # The settings the paper states beside its experiments are in the table, with their sources.
+    settings = {p.key: p.value for p in paper_numbers.PUBLISHED if p.role == "setting"}
+    assert (settings["adv-layer-gpt2"], settings["adv-head-gpt2"], settings["adv-R-gpt2"]) == (0.0, 0.0, 10.0)
+    assert (settings["model-layers"], settings["model-heads"], settings["model-d"]) == (12.0, 12.0, 768.0)
+    assert settings["c5-extracts"] == 5.0 and settings["ag-news-articles"] == 1000.0
+    assert paper_numbers.number("c5-factor").source.startswith("Sec. 3.2")
+    assert paper_numbers.PUBLISHED_NUMBERS is paper_numbers.PUBLISHED
 
 
 def test_published_number_lookup_refuses_bad_keys() -> None:
@@ -97,3 +113,67 @@ def test_paper_panels_refuse_bad_arguments_before_any_work() -> None:
         random_gpt2_real_data_panel([])
     with pytest.raises(TypeError, match="lengths"):
         random_gpt2_real_data_panel([4.5])  # type: ignore[list-item]
+
+
+PLANTED_CHAPTER = '''# A chapter
+
+```{admonition} Correction: Theorem 4.4 needs Hardy's factor 2; the bound of Theorem 3.5 fails
+text
+```
+
+:::{admonition} Correction of the published code: the BERT-decoder adversarial panel differentiates the cache
+:::
+
+```{admonition} Sharpening: the two-Dirac constant is $(1+\\gamma R^2)e^{\\gamma R^2}/2$
+```
+
+```{admonition} Correction of Kim et al.: the Lambert-W term is W₀((N−1)/e)
+```
+
+```{admonition} Correction: Kim et al.'s 2-norm bound needs ‖W^{Q,h}‖₂ squared
+```
+
+```{admonition} Sharpening: Kim et al.'s 2-norm bound holds with 2√2 in place of 4
+```
+
+```{admonition} A note, not a correction
+```
+'''
+
+
+def test_correction_boxes_are_found_and_classified_by_kind_on_planted_text() -> None:
+    titles = verdicts.correction_titles(PLANTED_CHAPTER)
+    assert len(titles) == 6 and titles[0].startswith("Correction: Theorem 4.4")
+    found = [verdicts.classify_correction(t) for t in titles]
+    assert [c.kind for c in found] == ["statement", "code", "sharpening", "statement", "statement", "sharpening"]
+    assert [c.whose for c in found] == ["Castin et al.", "the published code", "Castin et al.", "Kim et al.",
+                                        "Kim et al.", "Kim et al."]
+    assert found[0].weight == "substantive" and found[3].weight == "minor" and found[2].weight == ""
+    assert verdicts.correction_subject(titles[2]).startswith("the two-Dirac constant")
+
+
+def test_a_box_that_cannot_be_classified_fails_loudly() -> None:
+    # A sharpening titled as a correction of a statement, and a defect of the code titled as one of a statement.
+    with pytest.raises(ValueError, match=r"titled as a correction of a statement.*retitle it 'Sharpening:'"):
+        verdicts.classify_correction("Correction: the two-Dirac constant is larger")
+    with pytest.raises(ValueError, match="retitle it 'Correction of the published code:'"):
+        verdicts.classify_correction("Correction: the BERT-decoder adversarial panel differentiates the cache")
+    # A correction the registry does not know, one that matches two phrases, and an unknown opening.
+    with pytest.raises(ValueError, match="contains none of"):
+        verdicts.classify_correction("Correction: Lemma 9.9 is wrong")
+    with pytest.raises(ValueError, match="contains 2 of"):
+        verdicts.classify_correction("Correction: the Lambert-W term and the 2-norm bound needs both")
+    with pytest.raises(ValueError, match="opens with none of"):
+        verdicts.classify_correction("Corrections to Theorem 4.4")
+    with pytest.raises(TypeError):
+        verdicts.classify_correction(4.4)  # type: ignore[arg-type]
+
+
+def test_every_registered_correction_has_one_phrase_and_whose_statement_it_corrects() -> None:
+    phrases = [c.phrase for c in verdicts.BOOK_CORRECTIONS]
+    assert len(phrases) == len(set(phrases))
+    assert all(sum(p in q for q in phrases) == 1 for p in phrases)   # no phrase inside another
+    for c in verdicts.BOOK_CORRECTIONS:
+        assert c.kind in verdicts.CORRECTION_KINDS
+        assert (c.weight in ("substantive", "minor")) == (c.kind == "statement")
+        assert bool(c.about) == (c.kind != "code")

@@ -45,7 +45,9 @@ def test_modules_and_published_names_are_imported_on_first_use(package: str) -> 
     assert log.seen == []  # importing the package imports none of its modules
     assert pkg.alpha.other == 1 and log.seen == ["alpha"]
     assert pkg.sub.__name__ == "lazypkg.sub" and log.seen == ["alpha", "sub"]
-    assert pkg.value == 42 and "value" in vars(pkg)  # bound once found, so later reads skip __getattr__
+    assert pkg.value == 42 and "value" not in vars(pkg)  # resolved on each access, never bound in the package
+    pkg.alpha.value = 43
+    assert pkg.value == 43  # so a replaced name (a mutation test's) is seen through the package at once
 
 
 def test_dir_lists_every_module_and_published_name_but_private_ones(package: str) -> None:

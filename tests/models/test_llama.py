@@ -34,7 +34,7 @@ def test_head_A_gives_the_scores_at_relative_position_zero(model: torch.nn.Modul
         torch.testing.assert_close(X[0] @ llama.head_A(model, 1, h).T @ X[0].T, scores, rtol=1e-12, atol=1e-12)
 
 
-def test_head_matrices_give_the_rotated_scores_pair_by_pair(model: torch.nn.Module) -> None:
+def test_offset_matrices_give_the_rotated_scores_pair_by_pair(model: torch.nn.Module) -> None:
     """<A_h(i-j) x_i, x_j> is the score the module computes from its own rotated queries and keys."""
     n, attn = 6, model.layers[2].self_attn
     X = _tokens(n, seed=3, batch=1)
@@ -43,7 +43,7 @@ def test_head_matrices_give_the_rotated_scores_pair_by_pair(model: torch.nn.Modu
     k = attn.k_proj(X).view(1, n, 2, 32).transpose(1, 2).repeat_interleave(4, 1)
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     scores = (q @ k.mT)[0] * attn.scaling                       # (H, n, n), float32 angles
-    A = llama.head_matrices(model, 2, range(n))                 # (n, H, d, d)
+    A = llama.offset_matrices(model, 2, range(n))                 # (n, H, d, d)
     for i in range(n):
         for j in range(i + 1):
             ours = torch.einsum("hde,e,d->h", A[i - j], X[0, i], X[0, j])
@@ -125,7 +125,7 @@ def test_dense_jacobian_and_local_constant(model: torch.nn.Module, kind: str) ->
 def test_offset_spectra_equal_those_of_the_full_matrices(model: torch.nn.Module) -> None:
     offsets = [0, 3, 17]
     small = llama.offset_spectra(model, 1, offsets)
-    full = inputs.head_spectra(llama.head_matrices(model, 1, offsets).flatten(0, 1))
+    full = inputs.head_spectra(llama.offset_matrices(model, 1, offsets).flatten(0, 1))
     for name in ("largest", "smallest", "gamma"):
         torch.testing.assert_close(getattr(small, name), getattr(full, name).view(3, 8), rtol=1e-9, atol=1e-12)
     assert torch.equal(small.positive, full.positive.view(3, 8))

@@ -188,6 +188,17 @@ def test_the_readme_documents_the_published_surface() -> None:
         published_surface()
 
 
+def test_a_published_name_follows_its_module(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The floor holds no copy of a published name: replacing it in its module (a mutation test) is seen through
+    the floor at once, and undoing it leaves no edited function behind."""
+    original = lipnb.core.bounds.theorem_3_3
+    assert lipnb.core.theorem_3_3 is original
+    monkeypatch.setattr(lipnb.core.bounds, "theorem_3_3", len)
+    assert lipnb.core.theorem_3_3 is len
+    monkeypatch.undo()
+    assert lipnb.core.theorem_3_3 is original and "theorem_3_3" not in vars(lipnb.core)
+
+
 # Where a module's tests are when they are not in ``tests/<floor>/test_<module>.py`` (the floor of a module at the
 # top of the package is ``ground``): each module's tests can be found by its name or here.
 TESTED_IN = {
