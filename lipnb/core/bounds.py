@@ -25,7 +25,6 @@ __all__ = [
     "flow_gronwall_log",
     "flow_radius_bound",
     "gamma",
-    "lemma_3_8",
     "lemma_c_7",
     "lemma_c_7_sharpened",
     "log_theorem_3_5",
@@ -34,7 +33,6 @@ __all__ = [
     "multihead_bound",
     "multihead_data_bound",
     "proposition_3_4",
-    "proposition_3_6",
     "theorem_3_3",
     "theorem_3_5",
     "theorem_3_5_sharpened",
@@ -177,7 +175,7 @@ def multihead_data_bound(X: Tensor, heads: MultiHead, *, masked: bool = False) -
     return total
 
 
-def lemma_3_8(W: Tensor, head_constants: Tensor) -> Tensor:
+def _lemma_3_8(W: Tensor, head_constants: Tensor) -> Tensor:
     """Lemma 3.8: ``Lip(f^MH) <= Σ_h ||W_h||₂ Lip(f_h)`` for ``W`` ``(H, d_out, k)``, constants ``(H, ...)``."""
     if isinstance(W, Tensor) and W.dim() != 3:
         raise ValueError(f"W must stack the heads' output maps, shape (H, d_out, k); got {tuple(W.shape)}")
@@ -200,7 +198,7 @@ def multihead_bound(heads: MultiHead, R: float | Tensor, n: int | Tensor) -> Ten
                     None if heads.score_bias is None else heads.score_bias[h])
         for h in range(heads.num_heads)
     ])
-    return lemma_3_8(heads.W, per_head)
+    return _lemma_3_8(heads.W, per_head)
 
 
 def theorem_3_5(A: Tensor, V: Tensor, R: float | Tensor) -> Tensor:
@@ -232,7 +230,7 @@ def lemma_c_7(eigenvalue: float | Tensor, R: float | Tensor, n: int | Tensor) ->
     return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-rate * R**2))
 
 
-def proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
+def _proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
     """Proposition 3.6 / C.8 (``V = I``), leading order: the two-Dirac constant grows like ``(γ/2) R² e^{γR²}``."""
     g, R = gamma(A), as_radius(R)
     return g / 2 * R**2 * torch.exp(g * R**2)

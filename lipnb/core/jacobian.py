@@ -23,7 +23,6 @@ __all__ = [
     "lemma_c_2_term_matrices",
     "score_gaps",
     "selection_jacobian",
-    "weighted_covariances",
 ]
 
 
@@ -59,7 +58,7 @@ def lemma_c_2_term_matrices(X: torch.Tensor, A: torch.Tensor, *, masked: bool = 
     B, n, d = X.shape
     P = attention_matrix(X, A, masked=masked)
     centred = X.unsqueeze(1) - (P @ X).unsqueeze(2)                    # (B, i, j, d): x_j - x̄_i
-    cov = weighted_covariances(P, X)
+    cov = _weighted_covariances(P, X)
     eye = torch.eye(d, dtype=torch.float64)
     mean = torch.einsum("bij,de->bidje", P, eye)
     own = torch.einsum("bide,ij->bidje", cov @ A, torch.eye(n, dtype=torch.float64))
@@ -76,10 +75,10 @@ def attention_covariances(Y: torch.Tensor, A: torch.Tensor, *, weights: torch.Te
     logits = scores(Y, A, queries=queries)
     if weights is not None:
         logits = logits + log_weights(weights, Y)
-    return weighted_covariances(torch.softmax(logits, dim=-1), Y)
+    return _weighted_covariances(torch.softmax(logits, dim=-1), Y)
 
 
-def weighted_covariances(P: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+def _weighted_covariances(P: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
     """Lemma C.2's ``Cov_k = Σ_j P_kj (y_j - ȳ_k)(y_j - ȳ_k)ᵀ`` with ``ȳ_k = Σ_j P_kj y_j``, ``(B, m, d, d)``.
 
     Every dense attention covariance of lipnb is this one; the closed-form Jacobian products and the

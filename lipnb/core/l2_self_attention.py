@@ -23,9 +23,7 @@ from .linearization import ClosedForm, Linearization
 __all__ = [
     "L2AttentionMap",
     "L2Heads",
-    "L2Linearization",
     "l2_attention",
-    "l2_scores",
     "random_l2_heads",
     "untied_blowup_input",
 ]
@@ -98,7 +96,7 @@ def random_l2_heads(D: int, H: int = 1, *, tied: bool = True, out: bool = True, 
     return L2Heads(Q, V, draw(H * k, D) if out else None, K)
 
 
-def l2_scores(X: Tensor, heads: L2Heads) -> Tensor:
+def _l2_scores(X: Tensor, heads: L2Heads) -> Tensor:
     """Kim et al. Sec. 3: ``S^h_ij = -|W^{Q,h}ᵀ x_i - W^{K,h}ᵀ x_j|² / τ``, shape ``(B, H, n, n)``."""
     q = X.unsqueeze(1) @ heads.Q
     k = X.unsqueeze(1) @ heads.keys
@@ -120,12 +118,12 @@ def l2_attention(X: Tensor, heads: L2Heads, *, check: bool = True) -> Tensor:
     if check:
         check_tokens(X)
     heads = heads.to(X)
-    P = torch.softmax(l2_scores(X, heads), dim=-1)
+    P = torch.softmax(_l2_scores(X, heads), dim=-1)
     return _combine(P @ (X.unsqueeze(1) @ heads.values), heads.W)
 
 
 @dataclass
-class L2Linearization(ClosedForm):
+class _L2Linearization(ClosedForm):
     """``D_X F`` of L2 attention at a batch ``X`` in closed form: ``jvp``, ``vjp``, ``select``.
 
     With ``q = XW^Q``, ``k = XW^K``, ``v = X A W^V``, ``T = P ⊙ dS`` and
@@ -191,10 +189,10 @@ class L2AttentionMap:
         with torch.no_grad():
             heads = self.heads.to(X)
             Xh = X.detach().unsqueeze(1)
-            P = torch.softmax(l2_scores(X.detach(), heads), dim=-1)
+            P = torch.softmax(_l2_scores(X.detach(), heads), dim=-1)
             v = Xh @ heads.values
             Oh = P @ v
-            lin = L2Linearization(heads, P, Xh @ heads.Q, Xh @ heads.keys, v, Oh, _combine(Oh, heads.W))
+            lin = _L2Linearization(heads, P, Xh @ heads.Q, Xh @ heads.keys, v, Oh, _combine(Oh, heads.W))
         return lin
 
 

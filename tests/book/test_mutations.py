@@ -104,7 +104,7 @@ MUTATIONS: dict[str, ChapterMutation] = {
     "theorem_3_3 x2": M(bounds, "theorem_3_3", _scaled(2.0), "sqrt_n_bound", RATIO_3_3),
     "theorem_e_3 x0.5": M(bounds, "theorem_e_3", _scaled(0.5), "sqrt_n_bound", RATIO_3_3),
     "theorem_e_3_sharpened x0.5": M(bounds, "theorem_e_3_sharpened", _scaled(0.5), "sqrt_n_bound", RATIO_3_3),
-    "lemma_3_8 x0.5": M(bounds, "lemma_3_8", _scaled(0.5), "multihead",
+    "lemma_3_8 x0.5": M(bounds, "_lemma_3_8", _scaled(0.5), "multihead",
                         "ball-bound-sum"),
     "theorem_3_5 x0.5": M(bounds, "theorem_3_5", _scaled(0.5), "mean_field_bound", RATIO_3_5),
     "log_theorem_3_5_sharpened + 1": M(bounds, "log_theorem_3_5_sharpened", _plus_one, "mean_field_bound",

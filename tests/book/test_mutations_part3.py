@@ -26,7 +26,7 @@ from chapter_mutations import ChapterMutation, apply, chapter_mutation_test, iso
 from scipy.special import lambertw
 
 from lipnb.core import invertible, l2_bounds
-from lipnb.core.l2_self_attention import L2Heads, L2Linearization
+from lipnb.core.l2_self_attention import L2Heads, _L2Linearization
 from lipnb.experiments import charlm, charlm_runs, ngram
 
 f64 = torch.float64
@@ -47,7 +47,7 @@ def _phi_without_e(_: Callable) -> Callable:
 
 def _jvp_without_key_term(_: Callable) -> Callable:
     """The closed-form JVP with the ``-<k_j, dk_j>`` term of ``dS`` dropped."""
-    def jvp(self: L2Linearization, E: torch.Tensor) -> torch.Tensor:
+    def jvp(self: _L2Linearization, E: torch.Tensor) -> torch.Tensor:
         dq, dk, dv = self._project(E.to(self.P.dtype))
         dS = 2 / self.heads.tau * (dq @ self.k.mT + self.q @ dk.mT)
         T = self.P * dS
@@ -151,7 +151,7 @@ MUTATIONS: dict[str, ChapterMutation] = {
     "phi_inverse as printed, W0(N/e)": M(l2_bounds, "phi_inverse", _phi_printed, "l2_derivation", LAMBERT),
     "phi_inverse without /e": M(l2_bounds, "phi_inverse", _phi_without_e, "l2_derivation", LAMBERT),
     "closed-form JVP drops -<k_j, dk_j>": M(
-        L2Linearization, "jvp", _jvp_without_key_term, "l2_attention",
+        _L2Linearization, "jvp", _jvp_without_key_term, "l2_attention",
         "closed-forms-equal-autograd"),
     "2-norm bound with |W^Q|^2 (one power)": M(
         l2_bounds, "theorem_3_2_two", _two_norm_weights(2, 2), "l2_derivation",

@@ -115,7 +115,7 @@ def test_theorem_3_5_and_lemma_3_8_closed_forms() -> None:
     A, V = 0.5 * torch.eye(2, dtype=F64), 2 * torch.eye(2, dtype=F64)
     torch.testing.assert_close(bounds.theorem_3_5(A, V, 2.0), torch.tensor(2 * 7 * math.exp(4), dtype=F64))
     W = torch.stack([2 * torch.eye(2, dtype=F64), 3 * torch.eye(2, dtype=F64)])
-    torch.testing.assert_close(bounds.lemma_3_8(W, torch.tensor([1.0, 10.0])), torch.tensor(32.0, dtype=F64))
+    torch.testing.assert_close(bounds._lemma_3_8(W, torch.tensor([1.0, 10.0])), torch.tensor(32.0, dtype=F64))
 
 
 def test_gamma_and_lower_bound_closed_forms() -> None:
@@ -127,7 +127,7 @@ def test_gamma_and_lower_bound_closed_forms() -> None:
     torch.testing.assert_close(bounds.proposition_3_4(A, R, n), 2 / (1 + 4 * torch.exp(-4 * R**2)))
     torch.testing.assert_close(bounds.lemma_c_7(16.0, R, n), 2 / (1 + 4 * torch.exp(-4 * R**2)))
     torch.testing.assert_close(bounds.lemma_c_7(-1.0, R, n), 2 / (1 + 4 * torch.exp(-2 * R**2)))
-    torch.testing.assert_close(bounds.proposition_3_6(A, R), 1.0 * R**2 * torch.exp(2 * R**2))
+    torch.testing.assert_close(bounds._proposition_3_6(A, R), 1.0 * R**2 * torch.exp(2 * R**2))
 
 
 def test_argmax_counts_and_limit() -> None:
@@ -246,7 +246,7 @@ def test_lemma_3_8_with_exact_head_constants(seed: int, n: int, H: int, radius: 
         head = MultiHead(A=heads.A[h:h + 1], V=heads.V[h:h + 1], W=torch.eye(2, dtype=F64)[None],
                          score_bias=heads.score_bias[h:h + 1], value_bias=heads.value_bias[h:h + 1])
         per_head.append(float(exact_local_lipschitz(lambda Z, head=head: multihead_attention(Z, head), X)[0]))
-    assert exact <= float(bounds.lemma_3_8(heads.W, torch.tensor(per_head, dtype=F64))) * (1 + SLACK)
+    assert exact <= float(bounds._lemma_3_8(heads.W, torch.tensor(per_head, dtype=F64))) * (1 + SLACK)
 
 
 # --------------------------------------------------------------------------- bounds at adversarial inputs
@@ -338,7 +338,7 @@ ROTATION = torch.tensor([[0.0, -1.0], [1.0, 0.0]], dtype=F64)
     [
         (lambda: bounds.gamma(ROTATION), "no real eigenvalue"),
         (lambda: bounds.proposition_3_4(ROTATION, 1.0, 3), "no real eigenvalue"),
-        (lambda: bounds.proposition_3_6(ROTATION, 1.0), "no real eigenvalue"),
+        (lambda: bounds._proposition_3_6(ROTATION, 1.0), "no real eigenvalue"),
         (lambda: bounds.gamma(torch.ones(2, 3, dtype=F64)), "square"),
         (lambda: bounds.theorem_c_3(torch.full((1, 2, 2), float("nan")), ROTATION, ROTATION), "NaN or inf"),
         (lambda: bounds.theorem_c_3(torch.ones(1, 2, 3, dtype=F64), ROTATION, ROTATION), "d = 3"),

@@ -46,7 +46,7 @@ def test_radius_and_length_bounds(R, n) -> None:
     _finite_or_named_error(lambda: bounds.lemma_c_7_sharpened(-0.5, R, n), "R", "n")
     for bound in (bounds.theorem_3_5, bounds.theorem_3_5_sharpened, bounds.masked_mean_field_bound):
         _finite_or_named_error(lambda b=bound: b(A, V, R), "R")
-    _finite_or_named_error(lambda: bounds.proposition_3_6(A, R), "R")
+    _finite_or_named_error(lambda: bounds._proposition_3_6(A, R), "R")
     _finite_or_named_error(lambda: bounds.two_dirac_constant(0.3, R), "R")
 
 

@@ -167,7 +167,7 @@ def test_proposition_3_6_measure(A: Tensor, case: str, last_ratio: float) -> Non
         weighted_operator_norm(lambda Z, wi=wi: self_attention(Z, A, identity, weights=wi), X[i:i + 1], wi)
         for i, wi in enumerate(w)
     ])
-    ratio = local / bounds.proposition_3_6(A, R)
+    ratio = local / bounds._proposition_3_6(A, R)
     assert all(b < a for a, b in itertools.pairwise(ratio.tolist()))
     assert 1.0 <= float(ratio[-1]) <= last_ratio
 

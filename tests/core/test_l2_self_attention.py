@@ -11,8 +11,8 @@ from lipnb import exact_local_lipschitz, local_lipschitz
 from lipnb.core.l2_self_attention import (
     L2AttentionMap,
     L2Heads,
+    _l2_scores,
     l2_attention,
-    l2_scores,
     random_l2_heads,
     untied_blowup_input,
 )
@@ -53,7 +53,7 @@ def test_scores_are_negative_squared_distances() -> None:
     q = X.unsqueeze(1) @ heads.Q
     k = X.unsqueeze(1) @ heads.K
     expected = -torch.cdist(q, k).square() / heads.tau
-    torch.testing.assert_close(l2_scores(X, heads), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(_l2_scores(X, heads), expected, rtol=1e-12, atol=1e-12)
 
 
 def test_single_head_matches_the_paper_row_formula() -> None:

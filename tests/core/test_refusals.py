@@ -102,11 +102,11 @@ def test_token_sequences_refuses_a_bad_count(per_length: object, error: type) ->
 def test_lemma_3_8_refuses_mismatched_or_negative_constants() -> None:
     W = torch.randn(3, 4, 2, dtype=F64)
     with pytest.raises(ValueError, match="one row per head"):
-        bounds.lemma_3_8(W, torch.ones(2, dtype=F64))
+        bounds._lemma_3_8(W, torch.ones(2, dtype=F64))
     with pytest.raises(ValueError, match=">= 0"):
-        bounds.lemma_3_8(W, torch.tensor([1.0, -1.0, 1.0], dtype=F64))
+        bounds._lemma_3_8(W, torch.tensor([1.0, -1.0, 1.0], dtype=F64))
     with pytest.raises(ValueError, match="finite"):
-        bounds.lemma_3_8(W, torch.tensor([1.0, math.nan, 1.0], dtype=F64))
+        bounds._lemma_3_8(W, torch.tensor([1.0, math.nan, 1.0], dtype=F64))
 
 
 @pytest.mark.parametrize(("bias", "error", "match"), [
