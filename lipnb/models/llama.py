@@ -28,9 +28,6 @@ from ..core.linearization import ClosedForm
 from ..core.sublayers import SublayerLinearization
 
 __all__ = [
-    "CONFIG",
-    "LLAMA_KINDS",
-    "RMSNormLinearization",
     "RotaryAttentionMap",
     "RotaryBlockMap",
     "RotaryLinearization",
@@ -42,12 +39,11 @@ __all__ = [
     "offset_matrices",
     "offset_spectra",
     "random_llama",
-    "rotate",
 ]
 
-CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
+_CONFIG = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
           "num_key_value_heads": 2, "vocab_size": 50257, "max_position_embeddings": 1024}
-LLAMA_KINDS = ("mha", "self", "block")
+_LLAMA_KINDS = ("mha", "self", "block")
 
 
 def is_llama(model: nn.Module) -> bool:
@@ -56,10 +52,10 @@ def is_llama(model: nn.Module) -> bool:
 
 
 def random_llama(seed: int = 0) -> LlamaModel:
-    """A Llama-style decoder of :data:`CONFIG` with the random weights of ``torch.manual_seed(seed)``, eval, frozen."""
+    """A Llama-style decoder of :data:`_CONFIG` with the random weights of ``torch.manual_seed(seed)``, eval, frozen."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = LlamaModel(LlamaConfig(**CONFIG, attn_implementation="eager"))
+        model = LlamaModel(LlamaConfig(**_CONFIG, attn_implementation="eager"))
     return model.eval().requires_grad_(False)
 
 
@@ -69,7 +65,7 @@ def _check(model: nn.Module, layer: int) -> nn.Module:
     return model.layers[check_index(layer, "layer", model.config.num_hidden_layers)].self_attn
 
 
-def rotate(x: Tensor, angles: Tensor, *, transpose: bool = False) -> Tensor:
+def _rotate(x: Tensor, angles: Tensor, *, transpose: bool = False) -> Tensor:
     """``R_p x`` (``transpose``: ``R_pᵀ x``) for rows ``x`` ``(..., n, k)`` at angles ``(n, k/2)``: the pairs of
     coordinates ``(c, c + k/2)`` turn by ``angles[p, c]``, as ``transformers``' ``apply_rotary_pos_emb``."""
     half = x.shape[-1] // 2
@@ -163,8 +159,8 @@ class RotaryAttentionMap:
 
     def _project(self, X: Tensor, angles: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         Wq, Wk, Wv = self._weights(X)[:3]
-        q = rotate(self._heads(X @ Wq.mT, False), angles)
-        key = rotate(self._heads(X @ Wk.mT, True), angles)
+        q = _rotate(self._heads(X @ Wq.mT, False), angles)
+        key = _rotate(self._heads(X @ Wk.mT, True), angles)
         return q, key, self._heads(X @ Wv.mT, True)
 
     def _project_adjoint(self, gq: Tensor, gk: Tensor, gv: Tensor, angles: Tensor) -> Tensor:
@@ -179,8 +175,8 @@ class RotaryAttentionMap:
         def grouped(g: Tensor) -> Tensor:
             return g.view(B, G, H // G, n, k).sum(2)
 
-        return (tokens(rotate(gq, angles, transpose=True)) @ Wq
-                + tokens(grouped(rotate(gk, angles, transpose=True))) @ Wk + tokens(grouped(gv)) @ Wv)
+        return (tokens(_rotate(gq, angles, transpose=True)) @ Wq
+                + tokens(grouped(_rotate(gk, angles, transpose=True))) @ Wk + tokens(grouped(gv)) @ Wv)
 
     def _combine(self, heads_out: Tensor) -> Tensor:
         B, H, n, k = heads_out.shape
@@ -226,7 +222,7 @@ class RotaryAttentionMap:
         return self._combine(torch.softmax(mask_future(q @ key.mT * self.scaling), dim=-1) @ v)
 
 
-class RMSNormLinearization(ClosedForm):
+class _RMSNormLinearization(ClosedForm):
     """Sec. 2.3: the Jacobian of ``RMSNorm(x) = γ ⊙ z``, ``z = x / s``, ``s = sqrt(mean x² + eps)``, token by token:
     ``γ ⊙ (e - z mean(z ⊙ e)) / s``; the middle projection is symmetric, so ``Dᵀ(g)`` applies it to ``γ ⊙ g``."""
 
@@ -236,7 +232,7 @@ class RMSNormLinearization(ClosedForm):
         self.z, self.inv_rms, self.gamma, self.output = z, inv_rms, gamma, output
 
     @classmethod
-    def at(cls, X: Tensor, gamma: Tensor, eps: float) -> RMSNormLinearization:
+    def at(cls, X: Tensor, gamma: Tensor, eps: float) -> _RMSNormLinearization:
         """The RMSNorm of every token of ``X`` and what its Jacobian needs."""
         inv_rms = torch.rsqrt(X.square().mean(-1, keepdim=True) + eps)
         z = X * inv_rms
@@ -275,7 +271,7 @@ class RotaryBlockMap:
         self.attention._check_input(X)
         with torch.no_grad():
             X = X.detach()
-            norm = RMSNormLinearization.at(X, self.gamma.to(X), self.eps)
+            norm = _RMSNormLinearization.at(X, self.gamma.to(X), self.eps)
             attention = self.attention.linearize(norm.output)
             return SublayerLinearization(attention, norm, False, X + attention.output)
 
@@ -297,8 +293,8 @@ def attention_map(model: nn.Module, layer: int, kind: str = "mha", *, head: int 
     ``"block"``: ``X + mha(RMSNorm(X))`` on the hidden state entering the layer. Closed-form Jacobians.
     """
     attn = _check(model, layer)
-    if kind not in LLAMA_KINDS:
-        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(LLAMA_KINDS)}")
+    if kind not in _LLAMA_KINDS:
+        raise ValueError(f"unknown kind {kind!r}; valid kinds: {', '.join(_LLAMA_KINDS)}")
     if attn.q_proj.bias is not None or attn.o_proj.bias is not None:
         raise ValueError("attention biases are not implemented for Llama-style maps")
     inv_freq = _rotary_frequencies(model)
@@ -341,7 +337,7 @@ def offset_matrices(model: nn.Module, layer: int, offsets: Sequence[int] = (0,))
     Q = attn.q_proj.weight.detach().double().view(H, k, -1)
     K = attn.k_proj.weight.detach().double().view(-1, k, Q.shape[-1]).repeat_interleave(attn.num_key_value_groups, 0)
     angles = torch.as_tensor(offsets, dtype=torch.float64)[:, None] * _rotary_frequencies(model)
-    RQ = torch.stack([rotate(Q.mT, a[None]).mT for a in angles])      # (M, H, k, d): R_m Q_h
+    RQ = torch.stack([_rotate(Q.mT, a[None]).mT for a in angles])      # (M, H, k, d): R_m Q_h
     return K.mT @ RQ * attn.scaling
 
 
@@ -359,7 +355,7 @@ def offset_spectra(model: nn.Module, layer: int, offsets: Sequence[int]) -> Head
     Q = attn.q_proj.weight.detach().double().view(H, k, -1)
     K = attn.k_proj.weight.detach().double().view(-1, k, Q.shape[-1]).repeat_interleave(attn.num_key_value_groups, 0)
     angles = torch.as_tensor(offsets, dtype=torch.float64)[:, None, None, None] * _rotary_frequencies(model)
-    cores = rotate((Q @ K.mT).mT[None], angles).mT * attn.scaling        # (M, H, k, k): R_m (Q_h K_gᵀ)
+    cores = _rotate((Q @ K.mT).mT[None], angles).mT * attn.scaling        # (M, H, k, k): R_m (Q_h K_gᵀ)
     bordered = torch.nn.functional.pad(cores, (0, 1, 0, 1)).flatten(0, 1)
     spectra = head_spectra(bordered)
     shape = cores.shape[:2]
@@ -394,6 +390,6 @@ def aligned_input(model: nn.Module, layer: int, head: int, Y: Tensor) -> Tensor:
     k = f.head_dim
     angles = f._angles(Y)
     MY = Y @ M.mT                                                          # (B, n, 3k)
-    target = torch.cat([rotate(MY[..., :k], angles, transpose=True), rotate(MY[..., k:2 * k], angles, transpose=True),
+    target = torch.cat([_rotate(MY[..., :k], angles, transpose=True), _rotate(MY[..., k:2 * k], angles, transpose=True),
                         MY[..., 2 * k:]], dim=-1)
     return Y + (target - MY) @ torch.linalg.pinv(M).mT

@@ -44,13 +44,13 @@ from ..profiles import default_device
 from ..results import user_cache_dir
 from .llama import random_llama
 
-__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "RANDOM_MODELS", "SMOLLM2_GGUF", "OfflineError",
+__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "SMOLLM2_GGUF", "OfflineError",
            "check_model_name", "load", "load_shared", "minilm_trained_length"]
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
-RANDOM_MODELS = ("llama-random", "llama-random-norope")
-MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2", *RANDOM_MODELS)
+_RANDOM_MODELS = ("llama-random", "llama-random-norope")
+MODEL_NAMES = (*OFFLINE_MODELS, *HUB_MODELS, "smollm2", *_RANDOM_MODELS)
 
 _T = TypeVar("_T")
 

@@ -2,8 +2,7 @@
 Llama-style decoders, the closed set of map kinds (:data:`MapKind`) and the one place that decides what each
 kind means in each family (:func:`attention_map`, :func:`attention_inputs`, :func:`head_matrices`).
 
-Models come from :mod:`lipnb.models.loading` (re-exported here: :func:`load`, :func:`load_shared`, the model names);
-Llama-family maps are :mod:`lipnb.models.llama`'s closed forms.
+Models come from :mod:`lipnb.models.loading`; Llama-family maps are :mod:`lipnb.models.llama`'s closed forms.
 """
 
 from __future__ import annotations
@@ -23,35 +22,19 @@ from ..core.linearization import Linearization
 from ..core.sublayers import ResidualAttentionMap
 from .llama import attention_map as llama_map
 from .llama import head_A as llama_head_A
-from .loading import (
-    HUB_MODELS,
-    MODEL_NAMES,
-    OFFLINE_MODELS,
-    SMOLLM2_GGUF,
-    OfflineError,
-    check_model_name,
-    load,
-    load_shared,
-)
+from .loading import check_model_name
 
 __all__ = [
-    "HUB_MODELS",
     "KINDS",
-    "MODEL_NAMES",
     "MODULE_KINDS",
-    "OFFLINE_MODELS",
-    "SMOLLM2_GGUF",
     "UNMASKED_TWIN",
     "Family",
     "LayerMap",
     "MapKind",
-    "OfflineError",
-    "StopForward",
     "attention_inputs",
     "attention_map",
     "capture_inputs",
     "check_kind",
-    "check_map_arguments",
     "check_model_name",
     "family",
     "forward_with_hooks",
@@ -59,8 +42,6 @@ __all__ = [
     "head_matrices",
     "is_decoder",
     "layer_module",
-    "load",
-    "load_shared",
     "num_layers",
 ]
 
@@ -108,7 +89,7 @@ def check_kind(kind: object) -> MapKind:
     return kind  # type: ignore[return-value]
 
 
-def check_map_arguments(model: nn.Module, layer: int, kind: object, head: int | None,
+def _check_map_arguments(model: nn.Module, layer: int, kind: object, head: int | None,
                         masked: bool | None) -> tuple[int, MapKind, int | None, bool | None]:
     """``(layer, kind, head, masked)`` of :func:`attention_map`, checked for every family alike: ``layer`` and
     ``head`` ints in range, ``head`` given only for ``kind="head"`` (default 0, ``None`` for the others: a whole
@@ -252,7 +233,7 @@ class LayerMap:
                  masked: bool | None = None) -> None:
         if family(model) == "llama":
             raise TypeError("LayerMap reads BERT and GPT-2 layers; for a Llama model use attention_map")
-        layer, kind, head, masked = check_map_arguments(model, layer, kind, head, masked)
+        layer, kind, head, masked = _check_map_arguments(model, layer, kind, head, masked)
         self.model, self.layer, self.kind, self.head = model, layer, kind, head
         self.masked = is_decoder(model) if masked is None else masked
         self.params = list(layer_module(model, layer).parameters())
@@ -292,7 +273,7 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
     """Layer ``layer``'s attention as a map ``(B, n, d) -> (B, n, d')``, causal for decoders (Def 2.5).
 
     The one place that decides what each :data:`MapKind` means in each :data:`Family`.
-    Arguments are checked alike for every family (:func:`check_map_arguments`).
+    Arguments are checked alike for every family (:func:`_check_map_arguments`).
     ``"head"``: head ``head`` alone, Def 2.1 with its score and value biases and value map ``V_h``, before the
     output projection (``d' = k``; :func:`lipnb.core.attention.single_head` with ``project=False``).
     ``"mha"``: Def 2.2 with App. E.3's biases, ``sum_h W_h f_h(X) + b_O`` from :func:`head_matrices`;
@@ -310,7 +291,7 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
     ``"llama-random-norope"``, always causal): ``"mha"``/``"self"`` (the attention module), ``"block"``
     (``X + mha(RMSNorm X)``), ``"head"`` (head ``head`` alone); closed forms there.
     """
-    layer, kind, head, masked = check_map_arguments(model, layer, kind, head, masked)
+    layer, kind, head, masked = _check_map_arguments(model, layer, kind, head, masked)
     if family(model) == "llama":
         rotary = getattr(model.config, "rotary", True)
         if kind == "head":
@@ -319,7 +300,7 @@ def attention_map(model: nn.Module, layer: int, kind: MapKind = "mha", *, head: 
     return LayerMap(model, layer, kind, head=head, masked=masked)
 
 
-class StopForward(Exception):
+class _StopForward(Exception):
     """Raised by the last capture hook: later layers need not run."""
 
 
@@ -364,7 +345,7 @@ def capture_inputs(model: nn.Module, input_ids: Tensor, modules: dict[int, nn.Mo
         def hook(module: nn.Module, args: tuple, kwargs: dict) -> None:
             captured[index] = (args[0] if args else kwargs["hidden_states"]).clone()
             if index == last:
-                raise StopForward
+                raise _StopForward
 
         return hook
 
@@ -375,11 +356,11 @@ def capture_inputs(model: nn.Module, input_ids: Tensor, modules: dict[int, nn.Mo
 
 def forward_with_hooks(model: nn.Module, input_ids: Tensor, handles: list) -> None:
     """One ``no_grad`` forward of ``model`` on ``input_ids`` (moved to its device) for capturing hooks, which are
-    removed afterwards; a hook may end the pass early by raising :class:`StopForward`."""
+    removed afterwards; a hook may end the pass early by raising :class:`_StopForward`."""
     try:
         with torch.no_grad():
             model(input_ids=input_ids.to(next(model.parameters()).device), use_cache=False)
-    except StopForward:
+    except _StopForward:
         pass
     finally:
         for handle in handles:

@@ -1,6 +1,6 @@
 """Beyond the paper: 4-bit GGUF weights (SmolLM2's ``Q4_1``) applied to another model, to see what they change.
 
-``quantize_weight`` sends a weight matrix through ``gguf.quants``' quantize and dequantize (blocks of ``32``
+``_quantize_weight`` sends a weight matrix through ``gguf.quants``' quantize and dequantize (blocks of ``32``
 consecutive entries of a row, each stored as a float16 scale and minimum and ``4``-bit codes, ``Q4_1``);
 ``quantized_attention`` returns a copy of a model whose self-attention projections are so rounded.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-__all__ = ["BLOCK", "attention_linears", "quantize_weight", "quantized_attention"]
+__all__ = ["BLOCK", "attention_linears", "quantized_attention"]
 
 BLOCK = 32
 
@@ -27,7 +27,7 @@ def _gguf_quants() -> object:
     return quants
 
 
-def quantize_weight(weight: Tensor, qtype: str = "Q4_1") -> Tensor:
+def _quantize_weight(weight: Tensor, qtype: str = "Q4_1") -> Tensor:
     """``weight`` ``(out, in)`` quantised to ``qtype`` by ``gguf`` and de-quantised, in its dtype and device."""
     if not isinstance(weight, Tensor) or weight.dim() != 2:
         raise ValueError(f"weight must be a 2-D tensor (out, in); got {getattr(weight, 'shape', weight)}")
@@ -55,9 +55,9 @@ def attention_linears(model: nn.Module) -> list[nn.Linear]:
 
 
 def quantized_attention(model: nn.Module, qtype: str = "Q4_1") -> nn.Module:
-    """A copy of ``model`` with every :func:`attention_linears` weight rounded by :func:`quantize_weight`."""
+    """A copy of ``model`` with every :func:`attention_linears` weight rounded by :func:`_quantize_weight`."""
     twin = copy.deepcopy(model)
     with torch.no_grad():
         for linear in attention_linears(twin):
-            linear.weight.copy_(quantize_weight(linear.weight, qtype))
+            linear.weight.copy_(_quantize_weight(linear.weight, qtype))
     return twin

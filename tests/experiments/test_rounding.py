@@ -1,9 +1,7 @@
-"""Q4_1 rounding measured on MiniLM (:mod:`lipnb.experiments.rounding`), against a projection rounded by hand, the
-dense eigenvalues of ``A_h`` and dense float64 Jacobians."""
+"""Q4_1 rounding measured on MiniLM (:mod:`lipnb.experiments.rounding`), against the projections of the rounded model
+(:func:`lipnb.models.quantized_attention`), the dense eigenvalues of ``A_h`` and dense float64 Jacobians."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,18 +9,11 @@ import torch
 
 from lipnb import data, exact_local_lipschitz, models
 from lipnb.experiments.rounding import q4_1_effect, q4_1_heads
-from lipnb.models.quantization import quantize_weight
 
 
 @pytest.fixture(autouse=True)
-def alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-seeded Alice text and an empty results cache."""
-    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
-    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
-    if folder is None:
-        pytest.skip("no pre-seeded Alice text")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
-    monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
+def every_test_reads_alice(alice: None) -> None:
+    """The pre-seeded Alice text and an empty results cache (``alice`` of tests/conftest.py)."""
 
 
 def _gamma(A: torch.Tensor) -> float:
@@ -31,20 +22,21 @@ def _gamma(A: torch.Tensor) -> float:
     return max(real.max() / 8, -real.min())
 
 
-def test_q4_1_heads_against_a_head_rounded_by_hand() -> None:
+def test_q4_1_heads_against_the_rounded_models_heads() -> None:
     table = q4_1_heads("minilm").frame
     model = models.load("minilm")[0].double()
     assert len(table) == 6 * 12 and table.weight_error.nunique() == 1
     sa = model.encoder.layer[2].attention.self
+    rounded = models.quantized_attention(model).encoder.layer[2].attention.self
     k = sa.attention_head_size
     for h in (0, 7):
         rows = table[(table.layer == 2) & (table["head"] == h)]
         Q, K = sa.query.weight[h * k:(h + 1) * k], sa.key.weight[h * k:(h + 1) * k]
         assert rows.gamma_before.iloc[0] == pytest.approx(_gamma(K.T @ Q * sa.scaling), rel=1e-7)
-        Qr, Kr = (quantize_weight(W)[h * k:(h + 1) * k] for W in (sa.query.weight, sa.key.weight))
+        Qr, Kr = (W[h * k:(h + 1) * k] for W in (rounded.query.weight, rounded.key.weight))
         assert rows.gamma_after.iloc[0] == pytest.approx(_gamma(Kr.T @ Qr * sa.scaling), rel=1e-7)
     W = sa.value.weight
-    assert table.weight_error.iloc[0] >= float((quantize_weight(W) - W).norm() / W.norm()) > 0.01
+    assert table.weight_error.iloc[0] >= float((rounded.value.weight - W).norm() / W.norm()) > 0.01
 
 
 def test_q4_1_effect_against_dense_jacobians() -> None:

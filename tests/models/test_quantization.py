@@ -20,13 +20,13 @@ def test_q4_1_error_is_at_most_half_a_step(seed: int, scale: float) -> None:
     """Q4_1 maps a block to min + q (max - min)/15, q = 0..15 (scale and min in float16): the error is at most
     half a step plus the float16 rounding of the scale (times 15) and of the minimum."""
     W = scale * torch.randn(3, 64, generator=torch.Generator().manual_seed(seed))
-    Wq = quantization.quantize_weight(W)
+    Wq = quantization._quantize_weight(W)
     blocks, qblocks = W.view(-1, 32), Wq.view(-1, 32)
     lo, hi = blocks.min(1, keepdim=True).values, blocks.max(1, keepdim=True).values
     step = (hi - lo) / 15
     slack = 2.0**-10 * (15 * step + lo.abs()) + 1e-6 * scale
     assert bool(((blocks - qblocks).abs() <= step / 2 + slack).all())
-    torch.testing.assert_close(quantization.quantize_weight(Wq), Wq, rtol=1e-3, atol=1e-3 * scale)
+    torch.testing.assert_close(quantization._quantize_weight(Wq), Wq, rtol=1e-3, atol=1e-3 * scale)
 
 
 def test_quantized_attention_copies_and_rounds_only_the_projections() -> None:
@@ -46,8 +46,8 @@ def test_quantized_attention_copies_and_rounds_only_the_projections() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="multiple of 32"):
-        quantization.quantize_weight(torch.zeros(2, 33))
+        quantization._quantize_weight(torch.zeros(2, 33))
     with pytest.raises(ValueError, match="2-D"):
-        quantization.quantize_weight(torch.zeros(32))
+        quantization._quantize_weight(torch.zeros(32))
     with pytest.raises(ValueError, match="Q9"):
-        quantization.quantize_weight(torch.zeros(2, 32), "Q9")
+        quantization._quantize_weight(torch.zeros(2, 32), "Q9")
