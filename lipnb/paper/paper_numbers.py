@@ -13,12 +13,12 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["PUBLISHED", "PUBLISHED_NUMBERS", "SCRIPTS", "PublishedNumber", "Role", "number", "value"]
+__all__ = ["PUBLISHED", "PUBLISHED_NUMBERS", "PublishedNumber", "Role", "number", "value"]
 
 Role = Literal["claim", "drawn curve", "setting"]
 
 # The published scripts in words, for the reading text (where a number is typed in, in which script).
-SCRIPTS: dict[str, str] = {
+_SCRIPTS: dict[str, str] = {
     "adversarial_data/adversarial.py": "the adversarial-input script",
     "adversarial_data/toolbox.py": "the adversarial toolbox",
     "gpt2_random/process_gpt_random.py": "the random-GPT-2 data script",
@@ -39,7 +39,7 @@ _SCRIPT_LINES = re.compile(r"([\w/]+\.py):(\d+(?:-\d+)?)((?:, :\d+(?:-\d+)?)*)")
 def _lines_in_words(match: re.Match[str]) -> str:
     lines = [match.group(2), *re.findall(r":(\d+(?:-\d+)?)", match.group(3))]
     words = " and ".join([", ".join(lines[:-1]), lines[-1]] if len(lines) > 1 else lines)
-    return f"{SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '-' in lines[0] else ''} {words}"
+    return f"{_SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '-' in lines[0] else ''} {words}"
 
 
 @dataclass(frozen=True)
