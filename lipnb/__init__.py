@@ -53,6 +53,7 @@ __all__ = [
 PUBLISHED: dict[str, tuple[str, ...]] = {
     "data": ("ag_news_texts", "alice_text", "dataset_text", "token_sequences"),
     "profiles": ("default_device", "profile", "set_profile"),
+    "results": ("cache_dir",),
 }
 __all__ += sorted(published_names(__name__, PUBLISHED))
 # Every module and floor of the package, found on disk so that none is left out: imported on first access.

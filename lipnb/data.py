@@ -43,30 +43,21 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DATASETS",
-    "DATA_ENV",
-    "FETCH_COMMAND",
-    "FILES",
-    "DataFile",
     "ag_news_texts",
     "alice_text",
-    "data_dir",
-    "data_path",
     "dataset_text",
-    "fetch",
-    "main",
-    "offline_by_env",
     "reachable",
     "token_sequences",
 ]
 
-DATA_ENV = "LIPNB_DATA_DIR"
-FETCH_COMMAND = "python -m lipnb.data fetch"
+_DATA_ENV = "LIPNB_DATA_DIR"
+_FETCH_COMMAND = "python -m lipnb.data fetch"
 _TRUE = {"1", "on", "yes", "true"}
 
 
 @dataclass(frozen=True)
-class DataFile:
-    """One cached file: its path under :func:`data_dir`, its checksums, and where it comes from."""
+class _DataFile:
+    """One cached file: its path under :func:`_data_dir`, its checksums, and where it comes from."""
 
     path: str
     md5: str
@@ -74,16 +65,16 @@ class DataFile:
     url: str
 
 
-FILES: dict[str, DataFile] = {
+_FILES: dict[str, _DataFile] = {
     # The CSV torchtext's AG_NEWS downloads; the MD5 is the one torchtext checks.
-    "ag_news": DataFile(
+    "ag_news": _DataFile(
         path="ag_news/test.csv",
         md5="d52ea96a97a2d943681189a97654912d",
         sha256="521465c2428ed7f02f8d6db6ffdd4b5447c1c701962353eb2c40d548c3c85699",
         url="https://raw.githubusercontent.com/mhjabreel/CharCnn_Keras/master/data/ag_news_csv/test.csv",
     ),
     # NLTK's Gutenberg selection, fetched with nltk.download("gutenberg").
-    "alice": DataFile(
+    "alice": _DataFile(
         path="nltk_data/corpora/gutenberg/carroll-alice.txt",
         md5="71f666b608285153d85a961a40bb8c19",
         sha256="84157c64cf991c7cd7f3fc39aa8fddefebae13710268f448f6034559db37f884",
@@ -93,20 +84,20 @@ FILES: dict[str, DataFile] = {
 
 
 
-def data_dir() -> Path:
+def _data_dir() -> Path:
     """The data cache: ``$LIPNB_DATA_DIR`` (relative paths resolved from the current directory)."""
-    env = os.environ.get(DATA_ENV)
+    env = os.environ.get(_DATA_ENV)
     return Path(env).expanduser().absolute() if env else user_cache_dir()
 
 
-def offline_by_env() -> bool:
+def _offline_by_env() -> bool:
     """Whether ``HF_HUB_OFFLINE`` declares this machine offline (then lipnb downloads nothing)."""
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in _TRUE
 
 
 def reachable(url: str, timeout: float = 2.0) -> bool:
     """Whether a TCP connection to ``url``'s host opens within ``timeout`` s (DNS included)."""
-    if offline_by_env():
+    if _offline_by_env():
         return False
     parsed = urlparse(url)
     address = (parsed.hostname or "", parsed.port or 443)
@@ -125,14 +116,14 @@ def reachable(url: str, timeout: float = 2.0) -> bool:
     return result == [True]
 
 
-def _verify(content: bytes, spec: DataFile, path: Path) -> None:
+def _verify(content: bytes, spec: _DataFile, path: Path) -> None:
     """Raise ``ValueError`` naming the file and both digests unless ``content`` matches ``spec``."""
     for algorithm, expected in (("md5", spec.md5), ("sha256", spec.sha256)):
         actual = hashlib.new(algorithm, content).hexdigest()
         if actual != expected:
             raise ValueError(
                 f"{path} is corrupt or not the expected file: {algorithm} is {actual}, expected "
-                f"{expected}. It was not used; delete it and run `{FETCH_COMMAND}`."
+                f"{expected}. It was not used; delete it and run `{_FETCH_COMMAND}`."
             )
 
 
@@ -162,14 +153,14 @@ def _download_alice(target: Path) -> None:
 
 
 _DOWNLOADERS: dict[str, Callable[[Path], None]] = {
-    "ag_news": lambda target: _download_url(FILES["ag_news"].url, target),
+    "ag_news": lambda target: _download_url(_FILES["ag_news"].url, target),
     "alice": _download_alice,
 }
 
 
 def _download(name: str, path: Path) -> None:
     """Download file ``name`` to a temporary file beside ``path``, verify it, then move it there."""
-    spec = FILES[name]
+    spec = _FILES[name]
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
     os.close(fd)
@@ -183,16 +174,16 @@ def _download(name: str, path: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def data_path(name: str) -> Path:
-    """Path of cached file ``name`` (a key of ``FILES``), downloaded first if missing and online."""
-    check_choice(name, "name (a data file)", tuple(FILES))
-    spec = FILES[name]
-    path = data_dir() / spec.path
+def _data_path(name: str) -> Path:
+    """Path of cached file ``name`` (a key of ``_FILES``), downloaded first if missing and online."""
+    check_choice(name, "name (a data file)", tuple(_FILES))
+    spec = _FILES[name]
+    path = _data_dir() / spec.path
     if not path.is_file():
         if not reachable(spec.url):
             raise FileNotFoundError(
                 f"{path} is missing and this machine is offline. On a machine with internet run "
-                f"`{FETCH_COMMAND}` (with {DATA_ENV} set to the same folder), or point {DATA_ENV} "
+                f"`{_FETCH_COMMAND}` (with {_DATA_ENV} set to the same folder), or point {_DATA_ENV} "
                 "at a folder that holds it (e.g. the shared/data mirror)."
             )
         _download(name, path)
@@ -201,9 +192,9 @@ def data_path(name: str) -> Path:
 
 def _read_verified(name: str) -> bytes:
     """The bytes of cached file ``name``, checked against its checksums (read once, then hashed)."""
-    path = data_path(name)
+    path = _data_path(name)
     content = path.read_bytes()
-    _verify(content, FILES[name], path)
+    _verify(content, _FILES[name], path)
     return content
 
 
@@ -234,12 +225,12 @@ def dataset_text(dataset: str) -> str:
     raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
 
 
-def fetch(names: Iterable[str] | None = None) -> list[Path]:
-    """Make sure the named files (default: all of ``FILES``) are cached and verified; return paths."""
+def _fetch(names: Iterable[str] | None = None) -> list[Path]:
+    """Make sure the named files (default: all of ``_FILES``) are cached and verified; return paths."""
     paths = []
-    for name in FILES if names is None else check_sequence(names, "names", allow_empty=True):
-        path = data_path(name)
-        _verify(path.read_bytes(), FILES[name], path)
+    for name in _FILES if names is None else check_sequence(names, "names", allow_empty=True):
+        path = _data_path(name)
+        _verify(path.read_bytes(), _FILES[name], path)
         paths.append(path)
     return paths
 
@@ -295,13 +286,13 @@ def token_sequences(
     return sequences
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """``python -m lipnb.data fetch``: download and verify every file into ``$LIPNB_DATA_DIR``."""
     parser = argparse.ArgumentParser(prog="python -m lipnb.data", description=__doc__.splitlines()[0])
     parser.add_argument("command", choices=["fetch"], help="download and verify the cached files")
     parser.parse_args(argv)
     try:
-        for path in fetch():
+        for path in _fetch():
             print(f"ok  {path}")
     except (OSError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
@@ -310,4 +301,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_main())

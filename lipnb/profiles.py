@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["ENV_VAR", "PROFILES", "Profile", "check_profile", "default_device", "profile", "set_profile"]
+__all__ = ["PROFILES", "Profile", "check_profile", "default_device", "profile", "set_profile"]
 
-ENV_VAR = "LIPNB_PROFILE"
+_ENV_VAR = "LIPNB_PROFILE"
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def profile() -> Profile:
     """The active profile: :func:`set_profile`'s, else a non-empty ``$LIPNB_PROFILE``, else ``quick``."""
     if _selected is not None:
         return PROFILES[_selected]
-    return _lookup(os.environ.get(ENV_VAR) or "quick", f"${ENV_VAR}")
+    return _lookup(os.environ.get(_ENV_VAR) or "quick", f"${_ENV_VAR}")
 
 
 def default_device() -> torch.device:

@@ -43,7 +43,6 @@ from .arguments import check_writable_dir
 from .sources import source_digest
 
 __all__ = [
-    "CACHE_ENV",
     "ResultTable",
     "cache_dir",
     "cached_table",
@@ -54,7 +53,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-CACHE_ENV = "LIPNB_CACHE_DIR"
+_CACHE_ENV = "LIPNB_CACHE_DIR"
 Column = Tensor | Sequence[float] | Sequence[int] | Sequence[str]
 
 
@@ -66,7 +65,7 @@ def user_cache_dir() -> Path:
 
 def cache_dir() -> Path:
     """The results cache: ``$LIPNB_CACHE_DIR``, else ``results/`` in the user cache (never inside the package)."""
-    return Path(os.environ.get(CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
+    return Path(os.environ.get(_CACHE_ENV) or user_cache_dir() / "results").expanduser().absolute()
 
 
 def code_version(module: str | None = None) -> str:
@@ -220,7 +219,7 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
                 return table
             warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it",
                           RuntimeWarning, stacklevel=2)
-    check_writable_dir(path.parent, CACHE_ENV)
+    check_writable_dir(path.parent, _CACHE_ENV)
     table = ResultTable.from_columns(compute(), json.loads(key))
     if not len(table):
         raise ValueError(f"sweep {name!r} produced an empty table (parameters {dict(params)}); nothing was cached")

@@ -1,6 +1,6 @@
 """The source a module of lipnb depends on: its import closure within the package, read from the code itself.
 
-A sweep's cached result may change only when the code it runs changes. :func:`import_closure` follows every
+A sweep's cached result may change only when the code it runs changes. :func:`_import_closure` follows every
 ``import`` of a module (relative or absolute, every one of them at the top of its module: tests/package holds
 lipnb to that) to the lipnb modules it names, transitively; a name imported from a floor's package resolves
 through that floor's ``PUBLISHED`` map to the module that holds it, and a package imported as a whole brings in
@@ -15,9 +15,9 @@ import functools
 import hashlib
 from pathlib import Path
 
-__all__ = ["PACKAGE_ROOT", "import_closure", "source_digest"]
+__all__ = ["source_digest"]
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
+_PACKAGE_ROOT = Path(__file__).resolve().parent
 
 
 def _file(root: Path, module: str) -> Path | None:
@@ -107,7 +107,7 @@ def _imports(root: Path, module: str) -> set[str]:
     return found
 
 
-def import_closure(module: str, root: Path = PACKAGE_ROOT) -> list[str]:
+def _import_closure(module: str, root: Path = _PACKAGE_ROOT) -> list[str]:
     """Every lipnb module that ``module`` imports, directly or not, and ``module`` itself, sorted."""
     if not isinstance(module, str) or module.split(".")[0] != "lipnb" or _file(root, module) is None:
         raise ValueError(f"import_closure: {module!r} is not a module of lipnb below {root}")
@@ -128,12 +128,12 @@ def _digest(root: Path, files: tuple[Path, ...], stamp: tuple[int, ...]) -> str:
     return digest.hexdigest()[:16]
 
 
-def source_digest(root: Path = PACKAGE_ROOT, module: str | None = None) -> str:
-    """A hash of the source ``module`` depends on (its :func:`import_closure`'s files, paths and bytes), or of every
+def source_digest(root: Path = _PACKAGE_ROOT, module: str | None = None) -> str:
+    """A hash of the source ``module`` depends on (its :func:`_import_closure`'s files, paths and bytes), or of every
     ``.py`` file below ``root`` when ``module`` is None."""
     root = Path(root).resolve()
     if module is None:
         files = sorted(root.rglob("*.py"))
     else:
-        files = sorted(_file(root, m) for m in import_closure(module, root))
+        files = sorted(_file(root, m) for m in _import_closure(module, root))
     return _digest(root, tuple(files), tuple(p.stat().st_mtime_ns for p in files))

@@ -64,12 +64,15 @@ def gen() -> torch.Generator:
 
 @pytest.fixture
 def alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-seeded Alice text (skipped without one) and an empty results cache."""
+    """The Alice text (``$LIPNB_DATA_DIR``, else the pre-seeded mirror beside the clone when there is one, as the
+    Makefile picks it; skipped where it cannot be read) and an empty results cache."""
     shared = Path(__file__).resolve().parents[2] / "shared" / "data"
-    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
-    if folder is None:
-        pytest.skip("no pre-seeded Alice text")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
+    if "LIPNB_DATA_DIR" not in os.environ and shared.is_dir():
+        monkeypatch.setenv("LIPNB_DATA_DIR", str(shared))
+    try:
+        data.alice_text()
+    except FileNotFoundError as missing:
+        pytest.skip(f"no Alice text: {missing}")
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
 
 

@@ -37,16 +37,6 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
 
 
-@pytest.fixture
-def alice(cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pre-seeded Alice text (and an empty results cache)."""
-    shared = Path(__file__).resolve().parents[3] / "shared" / "data"
-    folder = next((Path(p) for p in (data.data_dir(), shared) if (Path(p) / data.FILES["alice"].path).is_file()), None)
-    if folder is None:
-        pytest.skip("no pre-seeded Alice text")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
-
-
 def _half_norm_gradient(fn, X: torch.Tensor) -> torch.Tensor:
     """``Jᵀ F(X)`` for every input, by autograd: the gradient of ``½‖F(X_b)‖²`` (inputs act separately)."""
     X = X.detach().clone().requires_grad_(True)

@@ -152,7 +152,7 @@ def test_a_bad_device_is_refused(device: object) -> None:
 def no_work() -> Iterator[None]:
     """Loading a model or measuring a map raises :class:`Worked`; the cache is an empty folder."""
     with pytest.MonkeyPatch.context() as mp, tempfile.TemporaryDirectory() as folder:
-        mp.setenv(results.CACHE_ENV, folder)
+        mp.setenv(results._CACHE_ENV, folder)
         mp.setattr(models, "load_shared", work)
         mp.setattr(real_text, "measure", work)
         yield
@@ -238,7 +238,7 @@ def test_a_sweep_refuses_a_bad_setting_before_any_work(sweep: str, kwargs: dict,
 ])
 def test_a_sweep_checks_the_model_once_loaded_before_measuring(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
                                                                kwargs: dict, name: str) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(real_text, "measure", work)
     refused(lambda: SWEEPS["real_text_sweep"](**kwargs), name)
 
@@ -246,7 +246,7 @@ def test_a_sweep_checks_the_model_once_loaded_before_measuring(monkeypatch: pyte
 def test_a_cache_folder_that_cannot_be_written_is_named_before_the_sweep(monkeypatch: pytest.MonkeyPatch,
                                                                          tmp_path: Path) -> None:
     (tmp_path / "file").write_text("not a folder")
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path / "file" / "cache"))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path / "file" / "cache"))
     monkeypatch.setattr(models, "load_shared", work)
     refused(lambda: SWEEPS["real_text_sweep"](), "LIPNB_CACHE_DIR")
     refused(lambda: results.cached_table("t", {}, work), "LIPNB_CACHE_DIR")
@@ -256,7 +256,7 @@ def test_a_cache_folder_that_cannot_be_written_is_named_before_the_sweep(monkeyp
 
 def test_the_table_records_the_masking_and_the_head_measured(monkeypatch: pytest.MonkeyPatch,
                                                              tmp_path: Path) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     block = real_text.real_text_sweep("llama-random", "alice", [4], 1, layers=[0], kind="block").frame
     assert block.masked.tolist() == [True] and "head" not in block
     explicit = real_text.real_text_sweep("llama-random", "alice", [4], 1, layers=[0], kind="block", masked=True)
@@ -275,7 +275,7 @@ def test_the_table_records_the_masking_and_the_head_measured(monkeypatch: pytest
 
 def test_adversarial_sweep_builds_on_each_head_and_measures_the_layer(monkeypatch: pytest.MonkeyPatch,
                                                                       tmp_path: Path) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     table = adversarial.adversarial_sweep("llama-random", 1, [2, 4], 1.0, heads=[3]).frame
     assert sorted(table.kind.unique()) == ["head", "mha"] and set(table["head"]) == {3}
 
@@ -289,7 +289,7 @@ def test_cached_table_refuses_a_bad_name(name: object) -> None:
 
 def test_cached_table_refuses_bad_params_and_stores_no_empty_table(monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     refused(lambda: results.cached_table("t", [("a", 1)], lambda: {"x": [1.0]}), "params")
     refused(lambda: results.cached_table("t", {}, None), "compute")
     refused(lambda: results.cached_table("t", {"a": 1}, lambda: {"x": []}), "empty")
@@ -310,11 +310,11 @@ def test_a_profile_argument_must_be_a_profile(p: object) -> None:
 
 def test_the_cache_key_does_not_depend_on_the_selected_profile(monkeypatch: pytest.MonkeyPatch,
                                                                tmp_path: Path) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     monkeypatch.setattr(profiles, "_selected", None)
     calls = []
     for name in ("paper", "quick"):
-        monkeypatch.setenv(profiles.ENV_VAR, name)
+        monkeypatch.setenv(profiles._ENV_VAR, name)
         results.cached_table("profile_free", {"a": 1}, lambda: calls.append(1) or {"x": [1.0]})
     assert calls == [1] and len(list(tmp_path.glob("profile_free-*.csv"))) == 1
 
@@ -336,11 +336,11 @@ def test_token_sequences_refuses_bad_inputs(kwargs: dict, name: str) -> None:
 @given(st.one_of(st.text(max_size=6).filter(lambda s: s not in data.DATASETS), st.none(), st.just(["alice"])))
 def test_data_names_are_checked(name: object) -> None:
     refused(lambda: data.dataset_text(name), "dataset")
-    refused(lambda: data.data_path(name), "name")
+    refused(lambda: data._data_path(name), "name")
 
 
 def test_fetch_refuses_a_string_for_a_list() -> None:
-    refused(lambda: data.fetch("alice"), "names")
+    refused(lambda: data._fetch("alice"), "names")
 
 
 # Bounds and statistics.

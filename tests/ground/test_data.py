@@ -35,17 +35,17 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _has_all_files(folder: Path) -> bool:
-    return all((folder / spec.path).is_file() for spec in data.FILES.values())
+    return all((folder / spec.path).is_file() for spec in data._FILES.values())
 
 
 @pytest.fixture
 def real_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """The pre-seeded data ($LIPNB_DATA_DIR, else ../shared/data), checked to be left unwritten."""
-    candidates = [Path(p) for p in (os.environ.get(data.DATA_ENV), SHARED) if p]
+    candidates = [Path(p) for p in (os.environ.get(data._DATA_ENV), SHARED) if p]
     folder = next((c.absolute() for c in candidates if _has_all_files(c)), None)
     if folder is None:
-        pytest.skip(f"no pre-seeded data: set {data.DATA_ENV} or provide {SHARED}")
-    monkeypatch.setenv(data.DATA_ENV, str(folder))
+        pytest.skip(f"no pre-seeded data: set {data._DATA_ENV} or provide {SHARED}")
+    monkeypatch.setenv(data._DATA_ENV, str(folder))
     before = {p: p.stat().st_mtime_ns for p in folder.rglob("*")}
     yield folder
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*")} == before
@@ -53,11 +53,11 @@ def real_data(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def _fabricate(folder: Path, name: str, content: bytes, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Write ``content`` as cached file ``name`` and make its checksums the expected ones."""
-    spec = data.FILES[name]
+    spec = data._FILES[name]
     path = folder / spec.path
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
-    monkeypatch.setitem(data.FILES, name, dataclasses.replace(
+    monkeypatch.setitem(data._FILES, name, dataclasses.replace(
         spec, md5=hashlib.md5(content).hexdigest(), sha256=hashlib.sha256(content).hexdigest()))
     return path
 
@@ -65,7 +65,7 @@ def _fabricate(folder: Path, name: str, content: bytes, monkeypatch: pytest.Monk
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """An empty LIPNB_DATA_DIR."""
-    monkeypatch.setenv(data.DATA_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv(data._DATA_ENV, str(tmp_path / "cache"))
     return tmp_path / "cache"
 
 
@@ -94,20 +94,20 @@ def test_ag_news_test_split(real_data: Path) -> None:
 
 
 def test_fetch_finds_everything_preseeded(real_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert data.fetch() == [real_data / spec.path for spec in data.FILES.values()]
-    assert data.main(["fetch"]) == 0
-    assert capsys.readouterr().out.count("ok  ") == len(data.FILES)
+    assert data._fetch() == [real_data / spec.path for spec in data._FILES.values()]
+    assert data._main(["fetch"]) == 0
+    assert capsys.readouterr().out.count("ok  ") == len(data._FILES)
 
 
 # -- the cache --------------------------------------------------------------------------------
 
 
 def test_default_cache_is_under_the_user_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.delenv(data.DATA_ENV, raising=False)
+    monkeypatch.delenv(data._DATA_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert data.data_dir() == tmp_path / "lipnb"
-    monkeypatch.setenv(data.DATA_ENV, "~/somewhere")
-    assert data.data_dir() == Path.home() / "somewhere"
+    assert data._data_dir() == tmp_path / "lipnb"
+    monkeypatch.setenv(data._DATA_ENV, "~/somewhere")
+    assert data._data_dir() == Path.home() / "somewhere"
 
 
 def test_fabricated_files_are_read(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,14 +121,14 @@ def test_fabricated_files_are_read(cache: Path, monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("which", ["md5", "sha256"])
 def test_corrupted_file_is_rejected(cache: Path, monkeypatch: pytest.MonkeyPatch, which: str) -> None:
     path = _fabricate(cache, "alice", b"the real text\n", monkeypatch)
-    spec = data.FILES["alice"]
+    spec = data._FILES["alice"]
     wrong = hashlib.new(which, b"another text\n").hexdigest()
-    monkeypatch.setitem(data.FILES, "alice", dataclasses.replace(spec, **{which: wrong}))
+    monkeypatch.setitem(data._FILES, "alice", dataclasses.replace(spec, **{which: wrong}))
     actual = getattr(spec, which)
     with pytest.raises(ValueError, match=f"{re.escape(str(path))}.*{which} is {actual}, expected {wrong}"):
         data.alice_text()
     with pytest.raises(ValueError, match="corrupt"):
-        data.fetch(["alice"])
+        data._fetch(["alice"])
     assert path.read_bytes() == b"the real text\n"  # reported, not deleted or overwritten
 
 
@@ -149,14 +149,14 @@ def test_hf_hub_offline_means_offline(cache: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_cli_fetch_offline_fails_cleanly(cache: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert data.main(["fetch"]) == 1
+    assert data._main(["fetch"]) == 1
     assert "python -m lipnb.data fetch" in capsys.readouterr().err
 
 
 def test_download_is_verified_before_it_lands(cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     good = b"Down the Rabbit-Hole\n"
-    spec = data.FILES["alice"]
-    monkeypatch.setitem(data.FILES, "alice", dataclasses.replace(
+    spec = data._FILES["alice"]
+    monkeypatch.setitem(data._FILES, "alice", dataclasses.replace(
         spec, md5=hashlib.md5(good).hexdigest(), sha256=hashlib.sha256(good).hexdigest()))
     monkeypatch.setattr(data, "reachable", lambda url, timeout=2.0: True)
     folder = cache / Path(spec.path).parent
@@ -175,8 +175,8 @@ def test_url_download_streams_into_place(cache: Path, monkeypatch: pytest.Monkey
                                          tmp_path: Path) -> None:
     source = tmp_path / "remote.csv"
     source.write_bytes(b'"2","Title","Text"\n')
-    spec = data.FILES["ag_news"]
-    monkeypatch.setitem(data.FILES, "ag_news", dataclasses.replace(
+    spec = data._FILES["ag_news"]
+    monkeypatch.setitem(data._FILES, "ag_news", dataclasses.replace(
         spec, url=source.as_uri(), md5=hashlib.md5(source.read_bytes()).hexdigest(),
         sha256=hashlib.sha256(source.read_bytes()).hexdigest()))
     monkeypatch.setattr(data, "reachable", lambda url, timeout=2.0: True)
@@ -200,8 +200,8 @@ def test_alice_download_through_nltk(cache: Path, monkeypatch: pytest.MonkeyPatc
             (corpora / "gutenberg" / "carroll-alice.txt").write_bytes(text)
         return True
 
-    spec = data.FILES["alice"]
-    monkeypatch.setitem(data.FILES, "alice", dataclasses.replace(
+    spec = data._FILES["alice"]
+    monkeypatch.setitem(data._FILES, "alice", dataclasses.replace(
         spec, md5=hashlib.md5(text).hexdigest(), sha256=hashlib.sha256(text).hexdigest()))
     monkeypatch.setattr(data, "reachable", lambda url, timeout=2.0: True)
     monkeypatch.setattr(nltk, "download", fake_download)

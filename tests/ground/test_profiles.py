@@ -14,7 +14,7 @@ from lipnb import profiles
 def fresh_selection(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no set_profile call and no $LIPNB_PROFILE."""
     monkeypatch.setattr(profiles, "_selected", None)
-    monkeypatch.delenv(profiles.ENV_VAR, raising=False)
+    monkeypatch.delenv(profiles._ENV_VAR, raising=False)
 
 
 def test_quick_is_the_offline_default() -> None:
@@ -45,14 +45,14 @@ def test_profile_names_are_models_lipnb_can_load() -> None:
 
 
 def test_environment_variable_selects(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(profiles.ENV_VAR, "paper")
+    monkeypatch.setenv(profiles._ENV_VAR, "paper")
     assert profiles.profile().name == "paper"
-    monkeypatch.setenv(profiles.ENV_VAR, "")
+    monkeypatch.setenv(profiles._ENV_VAR, "")
     assert profiles.profile().name == "quick"
 
 
 def test_set_profile_overrides_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(profiles.ENV_VAR, "quick")
+    monkeypatch.setenv(profiles._ENV_VAR, "quick")
     assert profiles.set_profile("paper").name == "paper"
     assert profiles.profile().name == "paper"
 
@@ -61,7 +61,7 @@ def test_invalid_names_raise(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(ValueError, match=r"unknown profile 'fast'.*'paper', 'quick'"):
         profiles.set_profile("fast")
     assert profiles.profile().name == "quick"
-    monkeypatch.setenv(profiles.ENV_VAR, "Paper")
+    monkeypatch.setenv(profiles._ENV_VAR, "Paper")
     with pytest.raises(ValueError, match=r"\$LIPNB_PROFILE"):
         profiles.profile()
 

@@ -45,7 +45,7 @@ def test_labels_come_back_as_written(tmp_path) -> None:
 
 def test_a_sweep_returns_the_table_its_cache_holds(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Computed or read, the same frame: dtypes included (a float32 tensor, a column of None and booleans).
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
 
     def compute() -> dict:
         return {"x": torch.tensor([0.1, 0.2], dtype=torch.float32), "ok": [True, None], "raised": ["", ""]}
@@ -75,7 +75,7 @@ def test_bad_tables_are_refused() -> None:
 
 
 def test_cache_hits_only_under_the_same_key(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     calls = []
 
     def compute() -> dict:
@@ -91,7 +91,7 @@ def test_cache_hits_only_under_the_same_key(tmp_path, monkeypatch: pytest.Monkey
 
 
 def test_cache_dir_is_never_inside_the_package(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.delenv(results.CACHE_ENV, raising=False)
+    monkeypatch.delenv(results._CACHE_ENV, raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert results.cache_dir() == tmp_path / "lipnb" / "results"
 
@@ -104,7 +104,7 @@ def _big_columns(rows: int = 20_000) -> dict:
 @pytest.fixture
 def big_entry(tmp_path, monkeypatch: pytest.MonkeyPatch):
     """A 20,000-row table in an empty cache; returns (path of its CSV, the computed table, a compute counter)."""
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
     calls = []
 
     def compute() -> dict:
@@ -181,7 +181,7 @@ def test_concurrent_writers_of_one_key_all_get_the_table(tmp_path) -> None:
     expected = hashlib.sha256(expected.encode()).hexdigest()
     for attempt in range(3):
         cache = tmp_path / f"run{attempt}"
-        env = {**os.environ, results.CACHE_ENV: str(cache), "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, results._CACHE_ENV: str(cache), "OMP_NUM_THREADS": "1"}
         workers = [subprocess.Popen([sys.executable, "-c", _WORKER], env=env, stdout=subprocess.PIPE,
                                     stderr=subprocess.PIPE, text=True) for _ in range(4)]
         outputs = [w.communicate(timeout=120) for w in workers]

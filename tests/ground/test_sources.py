@@ -9,7 +9,7 @@ import pytest
 
 from lipnb import results, sources
 
-ROOT = sources.PACKAGE_ROOT
+ROOT = sources._PACKAGE_ROOT
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def copy(tmp_path: Path) -> Path:
 
 
 def test_a_sweep_depends_on_the_estimator_not_on_the_presentation() -> None:
-    closure = sources.import_closure("lipnb.experiments.real_text")
+    closure = sources._import_closure("lipnb.experiments.real_text")
     assert "lipnb.core.lipschitz" in closure and "lipnb.experiments.real_text" in closure
     assert not [m for m in closure if m.startswith("lipnb.report")], closure
 
@@ -42,10 +42,10 @@ def test_editing_a_presentation_module_keeps_a_sweeps_key_and_editing_the_estima
 
 def test_a_name_imported_from_a_floor_resolves_to_the_module_that_holds_it(copy: Path) -> None:
     (copy / "experiments" / "probe.py").write_text("from ..core import theorem_3_3\n")
-    closure = sources.import_closure("lipnb.experiments.probe", copy)
+    closure = sources._import_closure("lipnb.experiments.probe", copy)
     assert "lipnb.core.bounds" in closure and "lipnb.core.krylov" not in closure
     (copy / "experiments" / "probe.py").write_text("from .. import core\n")
-    assert "lipnb.core.krylov" in sources.import_closure("lipnb.experiments.probe", copy), \
+    assert "lipnb.core.krylov" in sources._import_closure("lipnb.experiments.probe", copy), \
         "a package imported whole brings every module below it"
 
 
@@ -66,7 +66,7 @@ def test_moving_a_module_changes_the_hash(tmp_path: Path) -> None:
 
 def test_the_cache_key_is_the_sweeps_own(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """``cached_table`` keys a sweep by the closure of the module that defines its ``compute``."""
-    monkeypatch.setenv(results.CACHE_ENV, str(tmp_path))
+    monkeypatch.setenv(results._CACHE_ENV, str(tmp_path))
 
     def compute() -> dict:
         return {"x": [1.0]}
@@ -78,6 +78,6 @@ def test_the_cache_key_is_the_sweeps_own(monkeypatch: pytest.MonkeyPatch, tmp_pa
 
 def test_an_unknown_module_is_refused() -> None:
     with pytest.raises(ValueError, match="not a module of lipnb"):
-        sources.import_closure("lipnb.nonexistent")
+        sources._import_closure("lipnb.nonexistent")
     with pytest.raises(ValueError, match="not a module of lipnb"):
-        sources.import_closure("numpy")
+        sources._import_closure("numpy")
