@@ -29,12 +29,8 @@ from .benchmark_schema import (
 )
 
 __all__ = [
-    "ENV_VAR",
-    "KIND_NAMES",
     "METHOD_LABELS",
-    "MODEL_NAMES",
     "PAPER_BASELINES",
-    "Table",
     "benchmark_provenance",
     "benchmark_record",
     "benchmark_table",
@@ -43,14 +39,12 @@ __all__ = [
     "lipnb_calls",
     "paper_profile_seconds",
     "record_path",
-    "records_dir",
     "relative_errors",
     "speedup_decomposition",
     "workload_name",
-    "workload_table",
 ]
 
-ENV_VAR = "LIPNB_BENCH_DIR"
+_ENV_VAR = "LIPNB_BENCH_DIR"
 
 METHOD_LABELS = {"paper": "paper's loop", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
                  "lipnb-tight": "lipnb, tighter tolerance (1e-6)", "lipnb-autograd": "lipnb, autograd products",
@@ -58,22 +52,22 @@ METHOD_LABELS = {"paper": "paper's loop", "lipnb": "lipnb", "lipnb-f32": "lipnb,
 
 
 # The models and maps of the records, named in words (a reader's table never shows a model id or a map kind).
-MODEL_NAMES = {"minilm": "MiniLM", "gpt2-random": "random GPT-2", "smollm2": "SmolLM2"}
-KIND_NAMES = {"self": "self-attention module", "mha": "multi-head map", "block": "attention sub-layer"}
+_MODEL_NAMES = {"minilm": "MiniLM", "gpt2-random": "random GPT-2", "smollm2": "SmolLM2"}
+_KIND_NAMES = {"self": "self-attention module", "mha": "multi-head map", "block": "attention sub-layer"}
 
 # The paper's loop in ``bench/workloads.py``'s records: as published, and stopped by an oracle at 1e-4 of the reference.
 PAPER_BASELINES = ("paper", "paper-oracle")
 
 
-def records_dir() -> Path:
+def _records_dir() -> Path:
     """The folder of benchmark records: ``$LIPNB_BENCH_DIR`` when set, else the records shipped with lipnb."""
-    folder = os.environ.get(ENV_VAR)
+    folder = os.environ.get(_ENV_VAR)
     return Path(folder) if folder else Path(__file__).resolve().parent / "benchmark_records"
 
 
 def record_path(name: str) -> Path:
     """Where the record ``name`` (e.g. ``"lipschitz-cpu"``) is read and written."""
-    return records_dir() / f"{name}.json"
+    return _records_dir() / f"{name}.json"
 
 
 def benchmark_record(name: str | Path) -> LipschitzRecord | WorkloadRecord | PaperProfileRecord | None:
@@ -133,7 +127,7 @@ def workload_name(run: WorkloadRun, short: bool = False) -> str:
     """A workload of ``bench/workloads.py``'s record named by what it is: "MiniLM layer 2, 32 windows of *Alice*,
     n = 128, 1 thread" (``short``: "MiniLM layer 2, 1 thread")."""
     threads = "1 thread" if run.threads == 1 else f"{run.threads} threads"
-    layer = f"{MODEL_NAMES.get(run.model, run.model)} layer {run.layer}"
+    layer = f"{_MODEL_NAMES.get(run.model, run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"
     return f"{layer}, {run.batch} windows of *Alice*, n = {run.n}, {threads}"
@@ -169,7 +163,7 @@ def speedup_decomposition(run: LipschitzRun, method: str = "lipnb") -> dict[str,
 
 
 @dataclass(frozen=True, repr=False)
-class Table:
+class _Table:
     """A table that Jupyter shows as HTML and that prints (and reprs) as Markdown."""
 
     header: list[str]
@@ -203,8 +197,8 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
             per_input = v.median_cpu_s / run.batch if cpu else v.per_input_s
             speedup = cpu_speedup(run, method) if cpu else run.speedup.get(method)
             rows.append({
-                "map": f"{MODEL_NAMES.get(run.model, run.model)} layer {run.layer}, "
-                       f"{KIND_NAMES.get(run.kind, run.kind)}",
+                "map": f"{_MODEL_NAMES.get(run.model, run.model)} layer {run.layer}, "
+                       f"{_KIND_NAMES.get(run.kind, run.kind)}",
                 "n": str(run.n),
                 "method": METHOD_LABELS[method],
                 "ms per estimate": f"{1e3 * per_input:.1f}",
@@ -222,7 +216,7 @@ def _ratio(speedup: Speedup | None) -> str:
     return "" if speedup is None else f"{speedup.wall:.1f}x ({speedup.cpu:.1f}x)"
 
 
-def workload_table(record: WorkloadRecord) -> Table:
+def _workload_table(record: WorkloadRecord) -> _Table:
     """``bench/workloads.py``'s record, one line per (workload, call): median seconds [range] and speedups
     over the paper's loop (as published, and stopped by the oracle at 1e-4) in wall and CPU time, products per
     input and the time split (CPU)."""
@@ -242,4 +236,4 @@ def workload_table(record: WorkloadRecord) -> Table:
                          "" if split is None else " / ".join(f"{part / split.cpu_s:.0%}" for part in (
                              split.linearize_cpu_s, split.products_cpu_s, split.solver_cpu_s)),
                          f"{v.max_rel_error:.1e}"])
-    return Table(header, rows)
+    return _Table(header, rows)

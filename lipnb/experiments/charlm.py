@@ -22,7 +22,6 @@ from ..core.attention import mask_future
 from ..core.l2_bounds import phi_inverse
 
 __all__ = [
-    "Attention",
     "CharLM",
     "CharLMConfig",
     "Kind",
@@ -48,7 +47,7 @@ class CharLMConfig:
     seed: int = 0
 
 
-class Attention(nn.Module):
+class _Attention(nn.Module):
     """Causal multi-head attention of one ``kind``: ``"dot"``, ``"l2"`` (tied ``W^K = W^Q``) or ``"l2-contractive"``."""
 
     def __init__(self, d: int, heads: int, kind: Kind) -> None:
@@ -99,7 +98,7 @@ class CharLM(nn.Module):
         self.blocks = nn.ModuleList()
         for _ in range(config.depth):
             self.blocks.append(nn.ModuleDict({
-                "ln1": nn.LayerNorm(d), "attn": Attention(d, config.heads, kind),
+                "ln1": nn.LayerNorm(d), "attn": _Attention(d, config.heads, kind),
                 "ln2": nn.LayerNorm(d), "mlp": nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)),
             }))
         self.ln = nn.LayerNorm(d)

@@ -40,7 +40,6 @@ from .ngram import kneser_ney_bits_per_char, kneser_ney_window_bits_per_char
 
 __all__ = [
     "CHARLM_KINDS",
-    "CHARLM_RECORD",
     "CHARLM_RECORDS",
     "CHARLM_SETTINGS",
     "agnews_corpus",
@@ -56,9 +55,6 @@ __all__ = [
     "git_state",
     "logged_value",
     "loss_rises",
-    "main",
-    "record_of",
-    "record_path",
     "replay_charlm",
     "replay_first_steps",
     "run_settings",
@@ -66,7 +62,7 @@ __all__ = [
 ]
 
 CHARLM_KINDS: tuple[Kind, ...] = ("dot", "l2", "l2-contractive")
-CHARLM_RECORD = "agnews"
+_CHARLM_RECORD = "agnews"
 # Each record's depths and number of Adam steps (the deeper runs are shorter, for the CPU budget); a record
 # may name its kinds (default: CHARLM_KINDS) and seeds (default: seed 0 only; a run without a seed field has seed 0).
 CHARLM_RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000},
@@ -76,7 +72,7 @@ CHARLM_RECORDS: dict[str, dict] = {"agnews": {"depths": (1, 2, 4), "steps": 2000
 # One configuration for every run; only the depth, the attention and the record's steps change (the
 # configuration carries the first record's, which run_settings replaces with each record's own).
 CHARLM_SETTINGS = {"config": CharLMConfig(d=64, heads=4, depth=1, context=64, batch=32,
-                                          steps=CHARLM_RECORDS[CHARLM_RECORD]["steps"], lr=1e-2, seed=0),
+                                          steps=CHARLM_RECORDS[_CHARLM_RECORD]["steps"], lr=1e-2, seed=0),
                    "depths": tuple(d for spec in CHARLM_RECORDS.values() for d in spec["depths"]), "log_every": 25,
                    "valid_chars": 32768}
 
@@ -99,7 +95,7 @@ def charlm_seeds(name: str) -> tuple[int, ...]:
     return tuple(CHARLM_RECORDS[name].get("seeds", (0,)))
 
 
-def record_of(depth: int) -> str:
+def _record_of(depth: int) -> str:
     """The name of the record that holds the runs at ``depth``."""
     for name, spec in CHARLM_RECORDS.items():
         if depth in spec["depths"]:
@@ -109,22 +105,22 @@ def record_of(depth: int) -> str:
 
 def run_settings(depth: int, seed: int = 0) -> CharLMConfig:
     """The configuration of the recorded run at ``depth`` with ``seed`` (its record's number of steps)."""
-    name = record_of(depth)
+    name = _record_of(depth)
     if seed not in charlm_seeds(name):
         raise ValueError(f"seed must be one of {charlm_seeds(name)} at depth {depth}; got {seed!r}")
     return replace(CHARLM_SETTINGS["config"], depth=depth, steps=CHARLM_RECORDS[name]["steps"], seed=seed)
 
 
-def record_path(name: str = CHARLM_RECORD) -> Path:
+def _record_path(name: str = _CHARLM_RECORD) -> Path:
     """Where the record ``name`` lives: the folder ``charlm_records`` shipped inside lipnb."""
     return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
 
 
-def charlm_record(name: str = CHARLM_RECORD) -> dict:
+def charlm_record(name: str = _CHARLM_RECORD) -> dict:
     """The committed record ``name``: settings, provenance and one curve per (kind, depth)."""
     if name not in CHARLM_RECORDS:
         raise ValueError(f"name must be one of {list(CHARLM_RECORDS)}; got {name!r}")
-    path = record_path(name)
+    path = _record_path(name)
     if not path.is_file():
         raise FileNotFoundError(f"no language-model record at {path}; "
                                 f"run `python -m lipnb.experiments.charlm_runs --record {name}`")
@@ -276,7 +272,7 @@ def replay_first_steps(runs: Sequence[tuple[Kind, int, int]], steps: int | None 
     train_record, valid_rerun, valid_record`` (bits/char at the first logged step). Never cached: it is the test
     that the code still trains what the record holds."""
     steps = CHARLM_SETTINGS["log_every"] if steps is None else steps
-    curves = charlm_curves(*dict.fromkeys(record_of(depth) for _, depth, _ in runs))
+    curves = charlm_curves(*dict.fromkeys(_record_of(depth) for _, depth, _ in runs))
     columns: dict[str, list] = {k: [] for k in ("kind", "depth", "seed", "train_rerun", "train_record",
                                                 "valid_rerun", "valid_record")}
     for kind, depth, seed in runs:
@@ -308,16 +304,16 @@ def contractive_divisors(depths: Sequence[int]) -> ResultTable:
     return ResultTable.from_columns(columns, {"depths": list(depths)})
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--record", choices=list(CHARLM_RECORDS), default=CHARLM_RECORD)
+    parser.add_argument("--record", choices=list(CHARLM_RECORDS), default=_CHARLM_RECORD)
     parser.add_argument("--out", type=Path, help="where to write the record (default: its place in lipnb)")
     parser.add_argument("--drift", action="store_true",
                         help="re-run the first logged steps of every recorded run here and store the largest "
                              "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
     args = parser.parse_args(argv)
-    out, spec = args.out or record_path(args.record), CHARLM_RECORDS[args.record]
+    out, spec = args.out or _record_path(args.record), CHARLM_RECORDS[args.record]
     torch.set_num_threads(1)
     if args.drift:
         record = json.loads(out.read_text())
@@ -373,4 +369,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_main())

@@ -3,9 +3,9 @@
 ``python -m lipnb.experiments.long_context --text alice --lengths 512 1024`` measures one text at the given lengths with
 ``local_lipschitz``'s default call (each value with its certificate) and merges the rows into the record
 ``lipnb/experiments/long_context_records/smollm2-long.json`` with their provenance (``--rounding``: the tables of
-:func:`rounding_sensitivity` and :func:`sink_terms` instead); the record ships with lipnb. ``GRID``
-says which layers are measured at which length (every layer at the lengths of ``ALL_LAYERS``, ``LAYERS``
-otherwise, ``DEEPEST`` alone at the longest), ``WINDOWS`` how many windows of each text
+:func:`rounding_sensitivity` and :func:`sink_terms` instead); the record ships with lipnb. ``_GRID``
+says which layers are measured at which length (every layer at the lengths of ``_ALL_LAYERS``, ``_LAYERS``
+otherwise, ``_DEEPEST`` alone at the longest), ``_WINDOWS`` how many windows of each text
 (:func:`lipnb.data.token_sequences`, restarting at the text's first token for each length; AG_NEWS is its first
 1,000 test articles joined by spaces). For ``FOCUS``, each head alone (before the output projection) and the
 concentration of its attention rows are recorded too. ``--layers``, ``--windows``, ``--heads`` and ``--record``
@@ -41,32 +41,30 @@ from ..results import cached_table
 from .charlm_runs import cpu_name, git_state, write_record
 from .real_text import token_radius
 
-__all__ = ["ALL_LAYERS", "DEEPEST", "FOCUS", "GPU_RECORD", "GRID", "LAYERS", "LONG_CONTEXT_MODEL", "RECORD", "RECORDS",
-           "WINDOWS", "agreement", "attention_rows", "long_context_heads", "long_context_layers", "long_context_record",
-           "main", "measure_text", "record_path", "replay_long_context", "rounding_sensitivity", "rounding_steps",
-           "sink_terms"]
+__all__ = ["FOCUS", "GPU_RECORD", "LONG_CONTEXT_MODEL", "agreement", "long_context_heads", "long_context_layers",
+           "long_context_record", "replay_long_context", "rounding_sensitivity", "sink_terms"]
 
-LONG_CONTEXT_MODEL, RECORD = "smollm2", "smollm2-long"
+LONG_CONTEXT_MODEL, _RECORD = "smollm2", "smollm2-long"
 GPU_RECORD = "smollm2-long-gpu"   # every layer at nine lengths, three windows, on one GPU
-RECORDS = (RECORD, GPU_RECORD)
+_RECORDS = (_RECORD, GPU_RECORD)
 LENGTHS = (512, 1024, 2048, 4096, 8192)
-ALL_LAYERS = (512, 2048)            # lengths at which every layer is measured
-LAYERS = (0, 14, 27, 29)            # first, middle, fastest-growing between n = 16 and 128 on Alice, last
-DEEPEST = 8192                      # the longest length: FOCUS alone, one window per text
+_ALL_LAYERS = (512, 2048)           # lengths at which every layer is measured
+_LAYERS = (0, 14, 27, 29)           # first, middle, fastest-growing between n = 16 and 128 on Alice, last
+_DEEPEST = 8192                     # the longest length: FOCUS alone, one window per text
 FOCUS = 27
-WINDOWS = 2                         # windows per text and length (one at DEEPEST)
-GRID = {n: ("all" if n in ALL_LAYERS else [FOCUS] if n == DEEPEST else list(LAYERS)) for n in LENGTHS}
+_WINDOWS = 2                        # windows per text and length (one at _DEEPEST)
+_GRID = {n: ("all" if n in _ALL_LAYERS else [FOCUS] if n == _DEEPEST else list(_LAYERS)) for n in LENGTHS}
 
 
-def record_path(name: str = RECORD) -> Path:
-    """Where the record ``name`` (one of ``RECORDS``) is stored (inside the package)."""
-    check_choice(name, "name", RECORDS)
+def _record_path(name: str = _RECORD) -> Path:
+    """Where the record ``name`` (one of ``_RECORDS``) is stored (inside the package)."""
+    check_choice(name, "name", _RECORDS)
     return Path(__file__).with_name("long_context_records") / f"{name}.json"
 
 
-def long_context_record(name: str = RECORD) -> dict:
+def long_context_record(name: str = _RECORD) -> dict:
     """A stored record: ``rows`` (one per text, length, window and layer), ``heads``, ``provenance``."""
-    return json.loads(record_path(name).read_text())
+    return json.loads(_record_path(name).read_text())
 
 
 def agreement(first: dict, second: dict) -> pd.DataFrame:
@@ -80,7 +78,7 @@ def agreement(first: dict, second: dict) -> pd.DataFrame:
     return joined.assign(gap=(joined.lip_a / joined.lip_b - 1).abs())
 
 
-def attention_rows(P: Tensor) -> dict[str, Tensor]:
+def _attention_rows(P: Tensor) -> dict[str, Tensor]:
     """How concentrated each head's attention rows are, averaged over the rows of each input, ``(B, H)`` each:
     the largest weight ``max_j P_ij``, the entropy ``-Σ_j P_ij log P_ij`` and ``1 / Σ_j P_ij²`` (the number of
     tokens a row spreads over)."""
@@ -122,12 +120,12 @@ def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") 
 
 def _windows(text: str, n: int, count: int | None = None) -> Tensor:
     tokenizer = models.load_shared(LONG_CONTEXT_MODEL)[1]
-    count = (1 if n == DEEPEST else WINDOWS) if count is None else count
+    count = (1 if n == _DEEPEST else _WINDOWS) if count is None else count
     return data.token_sequences(data.dataset_text(text), tokenizer, [n], count, restart_per_length=True)[n]
 
 
 def _layers(n: int) -> list[int]:
-    chosen = GRID[n]
+    chosen = _GRID[n]
     if chosen != "all":
         return list(chosen)
     return list(range(models.num_layers(models.load_shared(LONG_CONTEXT_MODEL)[0])))
@@ -141,15 +139,15 @@ def _timed(job: object) -> tuple[object, float, float]:
     return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, windows: int | None = None,
+def _measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, windows: int | None = None,
                  heads: bool | None = None, log: bool = False) -> tuple[list[dict], list[dict]]:
-    """Every window of ``text`` at length ``n``: one row per window and layer (``GRID[n]`` and ``WINDOWS`` unless
+    """Every window of ``text`` at length ``n``: one row per window and layer (``_GRID[n]`` and ``_WINDOWS`` unless
     ``layers`` and ``windows`` say otherwise), and for ``FOCUS`` one row per window and head (``heads``; default
-    below ``DEEPEST``); ``log`` prints each value. On the default device (the GPU when there is one)."""
-    if layers is None and n not in GRID:
+    below ``_DEEPEST``); ``log`` prints each value. On the default device (the GPU when there is one)."""
+    if layers is None and n not in _GRID:
         raise ValueError(f"n must be one of {LENGTHS} unless layers are given; got {n!r}")
     check_positive_int(n, "n", minimum=2)
-    heads = n < DEEPEST if heads is None else heads
+    heads = n < _DEEPEST if heads is None else heads
     model = models.load_shared(LONG_CONTEXT_MODEL)[0]
     ids = _windows(text, n, windows)
     chosen = _layers(n) if layers is None else list(layers)
@@ -182,7 +180,7 @@ def _heads(model: torch.nn.Module, X: Tensor, text: str, n: int) -> list[dict]:
     rows = []
     f = models.attention_map(model, FOCUS, "mha")
     for w in range(len(X)):
-        concentration = attention_rows(f.linearize(X[w:w + 1]).P)
+        concentration = _attention_rows(f.linearize(X[w:w + 1]).P)
         for h in range(model.config.num_attention_heads):
             head = models.attention_map(model, FOCUS, "head", head=h)
             result = local_lipschitz(head, X[w:w + 1], detailed=True)
@@ -214,13 +212,13 @@ def replay_long_context(text: str, n: int, layer: int, record: dict | None = Non
     stored = stored[(stored.text == text) & (stored.n == n) & (stored.layer == layer)]
     if stored.empty:
         raise ValueError(f"the record has no rows for text={text!r}, n={n!r}, layer={layer!r}")
-    rows, _ = measure_text(text, n, layers=[layer], windows=stored.window.nunique(), heads=False)
+    rows, _ = _measure_text(text, n, layers=[layer], windows=stored.window.nunique(), heads=False)
     fresh = pd.DataFrame(rows)[["window", "lip", "error"]].rename(columns={"lip": "replayed",
                                                                            "error": "replayed_error"})
     return stored[["window", "lip", "error"]].merge(fresh, on="window")
 
 
-def rounding_steps(weight: Tensor) -> Tensor:
+def _rounding_steps(weight: Tensor) -> Tensor:
     """The ``Q4_1`` step of each entry's block of ``BLOCK`` consecutive entries of a row, ``(max - min) / 15``:
     the de-quantised weights sit on that grid, so the original ones lay within half a step of them."""
     blocks = weight.detach().reshape(weight.shape[0], -1, BLOCK)
@@ -228,9 +226,9 @@ def rounding_steps(weight: Tensor) -> Tensor:
     return step.expand_as(blocks).reshape(weight.shape)
 
 
-def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, text: str = "alice") -> pd.DataFrame:
+def rounding_sensitivity(lengths: Sequence[int] = _ALL_LAYERS, draws: int = 3, text: str = "alice") -> pd.DataFrame:
     """``Lip_X`` of ``FOCUS`` on the first window of ``text`` with its projection weights as distributed and moved
-    ``draws`` times by independent uniform noise within half a ``Q4_1`` step (:func:`rounding_steps`): how much the
+    ``draws`` times by independent uniform noise within half a ``Q4_1`` step (:func:`_rounding_steps`): how much the
     4-bit rounding could move the long-context values. Columns ``n, draw`` (``-1``: as distributed), ``lip``."""
     params = {"lengths": list(lengths), "draws": draws, "text": text, "layer": FOCUS}
 
@@ -248,7 +246,7 @@ def rounding_sensitivity(lengths: Sequence[int] = ALL_LAYERS, draws: int = 3, te
                 with torch.no_grad():
                     for p, W in zip(projections, originals, strict=True):
                         noise = (torch.rand(W.shape, generator=generator, dtype=W.dtype) - 0.5).to(W.device)
-                        p.weight.copy_(W if draw < 0 else W + noise * rounding_steps(W))
+                        p.weight.copy_(W if draw < 0 else W + noise * _rounding_steps(W))
                 f = models.attention_map(noisy, FOCUS, "mha")
                 rows["n"].append(n)
                 rows["draw"].append(draw)
@@ -268,7 +266,7 @@ def _provenance(begun: float, args: argparse.Namespace, argv: Sequence[str] | No
             "load_average": list(os.getloadavg()), "command": command}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _main(argv: Sequence[str] | None = None) -> int:
     """Measure one text at the given lengths and merge the rows into the record (after each length)."""
     parser = argparse.ArgumentParser(prog="python -m lipnb.experiments.long_context",
                                      description=__doc__.split("\n")[0])
@@ -283,11 +281,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="record rounding_sensitivity() and both texts' sink_terms() instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    path = args.record or record_path()
+    path = args.record or _record_path()
     if args.rounding:
         begun = time.perf_counter()
         record = json.loads(path.read_text())
-        lengths = args.lengths or ALL_LAYERS
+        lengths = args.lengths or _ALL_LAYERS
         record["rounding"] = rounding_sensitivity(lengths, text=args.text).to_dict("records")
         record["sinks"] = pd.concat([sink_terms(lengths, text=t).assign(text=t)
                                      for t in data.DATASETS]).to_dict("records")
@@ -296,12 +294,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     for n in args.lengths or LENGTHS:
         begun = time.perf_counter()
-        rows, heads = measure_text(args.text, n, layers=args.layers, windows=args.windows,
+        rows, heads = _measure_text(args.text, n, layers=args.layers, windows=args.windows,
                                    heads=True if args.heads else None, log=True)
         record = json.loads(path.read_text()) if path.exists() else {
             "schema": 1, "model": LONG_CONTEXT_MODEL, "kind": "mha", "call": "local_lipschitz(f, X, detailed=True)",
-            "grid": {str(k): v for k, v in GRID.items()} if args.layers is None else args.layers,
-            "windows": args.windows or WINDOWS, "rows": [], "heads": [],
+            "grid": {str(k): v for k, v in _GRID.items()} if args.layers is None else args.layers,
+            "windows": args.windows or _WINDOWS, "rows": [], "heads": [],
             "provenance": []}
         keep = [r for r in record["rows"] if (r["text"], r["n"]) != (args.text, n)]
         record["rows"] = keep + rows
@@ -312,4 +310,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(_main())

@@ -26,8 +26,7 @@ from torch import Tensor
 
 from ..arguments import check_positive_int
 
-__all__ = ["kneser_ney_bits_per_char", "kneser_ney_probabilities", "kneser_ney_window_bits_per_char",
-           "window_targets"]
+__all__ = ["kneser_ney_bits_per_char", "kneser_ney_probabilities", "kneser_ney_window_bits_per_char"]
 
 
 def _codes(ids: Tensor, k: int, vocab: int) -> Tensor:
@@ -111,7 +110,7 @@ def kneser_ney_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: in
     return float(-kneser_ney_probabilities(train, windows, vocab, order).log2().mean())
 
 
-def window_targets(length: int, window: int) -> tuple[Tensor, Tensor]:
+def _window_targets(length: int, window: int) -> tuple[Tensor, Tensor]:
     """The characters a language model scores in a text of ``length`` ids cut into consecutive windows of
     ``window`` (:func:`lipnb.experiments.charlm.train_char_lm`'s validation): positions ``1 … usable`` with
     ``usable = (length - 1) // window * window``, and how many characters of context each has (``1`` to
@@ -126,13 +125,13 @@ def window_targets(length: int, window: int) -> tuple[Tensor, Tensor]:
 
 def kneser_ney_window_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int, window: int) -> float:
     """Part III's baseline scored on the language models' protocol: validation bits/char of an interpolated
-    Kneser-Ney ``order``-gram fitted on ``train``, over the characters :func:`window_targets` names, each seeing
+    Kneser-Ney ``order``-gram fitted on ``train``, over the characters :func:`_window_targets` names, each seeing
     only the context its window gives it (at most ``order - 1`` characters)."""
     order = check_positive_int(order, "order")
     valid = torch.as_tensor(valid, dtype=torch.int64)
     if valid.ndim != 1:
         raise ValueError("valid must be a 1-D sequence of ids")
-    target, seen = window_targets(len(valid), window)
+    target, seen = _window_targets(len(valid), window)
     # each row: the order - 1 characters before the target (padded with the first id before the text), then it
     offsets = torch.arange(-(order - 1), 1)
     rows = valid[(target[:, None] + offsets).clamp(min=0)]

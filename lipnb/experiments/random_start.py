@@ -18,11 +18,10 @@ from torch import Tensor
 from ..core.lipschitz import local_lipschitz
 from ..results import ResultTable, cached_table, progress
 
-__all__ = ["SQRT_2_OVER_PI", "chebyshev_spectrum", "lanczos_failure_bound", "power_failure_bound",
-           "random_start_failures"]
+__all__ = ["chebyshev_spectrum", "lanczos_failure_bound", "power_failure_bound", "random_start_failures"]
 
 # The constant of the start's first coordinate: P(c₁² < s) ≤ √(2/π) √(N - 1) √s.
-SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+_SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
 
 def lanczos_failure_bound(N: int, k: int | np.ndarray, eps: float | np.ndarray) -> np.ndarray:
@@ -30,14 +29,14 @@ def lanczos_failure_bound(N: int, k: int | np.ndarray, eps: float | np.ndarray) 
     start leave the top Ritz value below ``(1 - ε) λ₁``, at most (every spectrum, ``N ≥ 3``)."""
     k, eps = np.asarray(k, dtype=float), np.asarray(eps, dtype=float)
     y = (2 * k - 1) * np.arctanh(np.sqrt(eps))
-    return SQRT_2_OVER_PI * math.sqrt(N - 1) * 2 * np.exp(-y) / (1 + np.exp(-2 * y))      # 1 / cosh y, no overflow
+    return _SQRT_2_OVER_PI * math.sqrt(N - 1) * 2 * np.exp(-y) / (1 + np.exp(-2 * y))     # 1 / cosh y, no overflow
 
 
 def power_failure_bound(N: int, k: int | np.ndarray, eps: float | np.ndarray) -> np.ndarray:
     """``√(2/π) √(N - 1) (1 - ε)^(k - 1/2)``: the same for the power iteration's Rayleigh quotient after ``k``
     products (every spectrum, ``N ≥ 3``)."""
     k, eps = np.asarray(k, dtype=float), np.asarray(eps, dtype=float)
-    return SQRT_2_OVER_PI * math.sqrt(N - 1) * (1 - eps) ** (k - 0.5)
+    return _SQRT_2_OVER_PI * math.sqrt(N - 1) * (1 - eps) ** (k - 0.5)
 
 
 def chebyshev_spectrum(N: int, eps: float) -> Tensor:

@@ -10,7 +10,7 @@ Every sweep returns one tidy :class:`~lipnb.results.ResultTable` (a row per meas
 by its parameters and a hash of lipnb's source. The map is a :data:`lipnb.models.MapKind`
 (:func:`lipnb.models.attention_map` decides what it means in each model family); ``estimator`` is
 ``"lanczos"`` (the true local constant) or ``"published"`` (the paper's code, with the stopping rule of the
-script that measured the model: :data:`PUBLISHED_SCRIPT`).
+script that measured the model: :data:`_PUBLISHED_SCRIPT`).
 """
 
 from __future__ import annotations
@@ -33,13 +33,11 @@ from ..results import ResultTable, cached_table, progress
 
 __all__ = [
     "PAPER",
-    "PUBLISHED_SCRIPT",
     "layer_radii",
     "measure",
     "position_aliasing",
     "real_text_sweep",
     "real_text_table",
-    "token_radii",
     "token_radius",
 ]
 
@@ -56,7 +54,7 @@ def token_radius(X: Tensor) -> Tensor:
 
 # The published script that measured each model on real text (its loop's threshold and cap: ``SCRIPT_SETTINGS``);
 # the stand-ins run their original's script.
-PUBLISHED_SCRIPT: dict[str, str] = {
+_PUBLISHED_SCRIPT: dict[str, str] = {
     "gpt2-random": "gpt2_random/compute_gpt_random.py",
     "gpt2": "gpt_2/compute_gpt.py",
     "bert-base-uncased": "bert_encoder/compute_bert_encoder.py",
@@ -72,7 +70,7 @@ def measure(fn: Callable[[Tensor], Tensor], X: Tensor, estimator: str, model_nam
     if estimator == "lanczos":
         return local_lipschitz(fn, X, tol=1e-4).double()
     if estimator == "published":
-        script = PUBLISHED_SCRIPT.get(model_name or "", "adversarial_data/toolbox.py")
+        script = _PUBLISHED_SCRIPT.get(model_name or "", "adversarial_data/toolbox.py")
         threshold, max_iter = SCRIPT_SETTINGS[script]
         return published_estimator(fn, X, threshold=threshold, max_iter=max_iter).double()
     raise ValueError(f"estimator must be 'lanczos' or 'published'; got {estimator!r}")
@@ -153,7 +151,7 @@ def _bound_columns(model: nn.Module, layer: int, X: Tensor, masked: bool) -> dic
             "column_sum": P.sum(-2).flatten(1).amax(1).cpu().numpy()}
 
 
-def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_length: int) -> ResultTable:
+def _token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_length: int) -> ResultTable:
     """Sec. 5.2 / App. C.5: the :func:`token_radius` of every sequence entering every layer's attention.
 
     Columns ``layer, n, sequence, radius``; one forward per length, no Jacobian (cheap, cached).
@@ -182,7 +180,7 @@ def token_radii(model_name: str, dataset: str, lengths: Iterable[int], per_lengt
 
 def layer_radii(model_name: str, lengths: Iterable[int], per_length: int, dataset: str = "alice") -> pd.Series:
     """Sec. 5.2's radius ``R_ℓ`` of every layer: the mean :func:`token_radius` over the sequences of ``lengths``."""
-    return token_radii(model_name, dataset, lengths, per_length).frame.groupby("layer").radius.mean()
+    return _token_radii(model_name, dataset, lengths, per_length).frame.groupby("layer").radius.mean()
 
 
 def real_text_table(p: Profile) -> ResultTable:

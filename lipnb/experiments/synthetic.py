@@ -19,7 +19,6 @@ from ..results import ResultTable, cached_table, code_version, progress
 from .stats import fit_line
 
 __all__ = [
-    "large_radius_error",
     "large_radius_sweep",
     "lemma_c_7_constants",
     "quadratic_growth_slopes",
@@ -51,7 +50,7 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
     return ResultTable.from_columns(columns, provenance)
 
 
-def large_radius_error(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor, *,
+def _large_radius_error(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor, *,
                        masked: bool = False) -> torch.Tensor:
     """Theorem 3.7: ``||D_{RX} f - S||_2`` for each radius ``R`` (see :func:`large_radius_sweep`), ``(len(radii),)``."""
     return large_radius_sweep(X, A, V, radii, masked=masked)["error"]

@@ -111,7 +111,7 @@ def _bound_without_sqrt_n(original: Callable) -> Callable:
 
 def _forward_single_score(original: Callable) -> Callable:
     """The language model's L2 scores with ``<q_i, q_j>`` counted once instead of twice."""
-    def forward(self: charlm.Attention, X: torch.Tensor) -> torch.Tensor:
+    def forward(self: charlm._Attention, X: torch.Tensor) -> torch.Tensor:
         if self.kind == "dot":
             return original(self, X)
         n, tau = X.shape[1], math.sqrt(self.k)
@@ -167,9 +167,9 @@ MUTATIONS: dict[str, ChapterMutation] = {
     "inversion with the sign of c flipped": M(invertible, "fixed_point_inverse", _fixed_point_sign,
                                               "invertible", RATE),
     "geometric_rate inverted": M(invertible, "geometric_rate", _rate_inverted, "invertible", RATE),
-    "contractive bound without sqrt(n)": M(charlm.Attention, "bound", _bound_without_sqrt_n, "language_models",
+    "contractive bound without sqrt(n)": M(charlm._Attention, "bound", _bound_without_sqrt_n, "language_models",
                                            REPLAY),
-    "L2 scores with halved queries": M(charlm.Attention, "forward", _forward_single_score, "language_models",
+    "L2 scores with halved queries": M(charlm._Attention, "forward", _forward_single_score, "language_models",
                                        REPLAY),
     "n-gram baseline in nats": M(charlm, "ngram_bits_per_char", _log_in_nats, "language_models",
                                  "kneser-ney-beats-add-one"),

@@ -95,7 +95,7 @@ def test_records_ship_with_lipnb_and_tabulate() -> None:
     """The committed records are found without the repository (package data) and tabulate one row per
     (run, method), headers in words, CPU time on a CPU record and wall-clock time on a GPU one, the speedup
     the paper's median over the method's; the speedup is fewer FLOPs times faster FLOPs."""
-    assert benchmark.records_dir().parent == Path(benchmark.__file__).parent
+    assert benchmark._records_dir().parent == Path(benchmark.__file__).parent
     record = benchmark.benchmark_record("lipschitz-cpu")
     assert isinstance(record, LipschitzRecord)
     rows = benchmark.benchmark_table(record)
@@ -178,8 +178,8 @@ def test_default_call_is_the_call_with_the_defaults() -> None:
 def test_records_dir_follows_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``LIPNB_BENCH_DIR`` names another folder: records are read from it, missing ones are ``None``."""
     shipped = benchmark.benchmark_record("lipschitz-cpu-gpt2")
-    monkeypatch.setenv(benchmark.ENV_VAR, str(tmp_path))
-    assert benchmark.records_dir() == tmp_path and benchmark.benchmark_record("lipschitz-cpu") is None
+    monkeypatch.setenv(benchmark._ENV_VAR, str(tmp_path))
+    assert benchmark._records_dir() == tmp_path and benchmark.benchmark_record("lipschitz-cpu") is None
     assert shipped is not None
     benchmark.record_path("mine").write_text(json.dumps(dataclasses.asdict(shipped)))
     assert benchmark.benchmark_record("mine") == shipped
@@ -204,7 +204,7 @@ def test_workload_record_ships_and_tabulates() -> None:
     record = benchmark.benchmark_record("lipschitz-cpu-workloads")
     assert isinstance(record, WorkloadRecord)
     assert {row.workload for row in record.runs} >= {"chapter-10", "issue-23"}
-    table = benchmark.workload_table(record)
+    table = benchmark._workload_table(record)
     assert len(table.rows) == sum(len(row.methods) for row in record.runs)
     for row in record.runs:
         paper = row.methods["paper"]

@@ -9,13 +9,13 @@ import torch
 
 from lipnb.core.l2_bounds import theorem_3_2_two
 from lipnb.core.l2_self_attention import L2AttentionMap, L2Heads
-from lipnb.experiments.charlm import Attention, CharLM, CharLMConfig, char_corpus, ngram_bits_per_char, train_char_lm
+from lipnb.experiments.charlm import CharLM, CharLMConfig, _Attention, char_corpus, ngram_bits_per_char, train_char_lm
 
 
 def test_l2_attention_module_matches_lipnb_on_its_first_row() -> None:
     """Row 0 of the causal map sees only token 0; the last row sees everything, as unmasked L2 attention."""
     torch.manual_seed(0)
-    att = Attention(8, 2, "l2").double()
+    att = _Attention(8, 2, "l2").double()
     X = torch.randn(2, 5, 8, dtype=torch.float64)
     heads = L2Heads(Q=att.Q.detach(), V=att.V.detach(), W=att.O.detach())
     full = L2AttentionMap(heads)(X)
@@ -24,7 +24,7 @@ def test_l2_attention_module_matches_lipnb_on_its_first_row() -> None:
 
 def test_contractive_bound_is_theorem_3_2_sharpened() -> None:
     torch.manual_seed(1)
-    att = Attention(8, 2, "l2-contractive").double()
+    att = _Attention(8, 2, "l2-contractive").double()
     heads = L2Heads(Q=att.Q.detach(), V=att.V.detach(), W=att.O.detach())
     torch.testing.assert_close(att.bound(7).detach(), theorem_3_2_two(heads, 7, sharpened=True))
 
@@ -57,7 +57,7 @@ def test_divisors_are_each_blocks_bound_at_the_context_length() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="kind"):
-        Attention(8, 2, "cosine")  # type: ignore[arg-type]
+        _Attention(8, 2, "cosine")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="valid_fraction"):
         char_corpus("abc", valid_fraction=1.5)
 

@@ -18,10 +18,10 @@ from lipnb.experiments.charlm_runs import (
     CHARLM_KINDS,
     CHARLM_RECORDS,
     CHARLM_SETTINGS,
+    _record_of,
     charlm_kinds,
     charlm_record,
     charlm_seeds,
-    record_of,
     run_settings,
 )
 
@@ -48,9 +48,9 @@ def test_record_is_complete_with_provenance(name: str) -> None:
 
 def test_run_settings_follow_the_record_of_each_depth() -> None:
     assert run_settings(2).depth == 2 and run_settings(2).steps == CHARLM_RECORDS["agnews"]["steps"]
-    assert record_of(12) == "agnews-deep" and run_settings(12).steps == CHARLM_RECORDS["agnews-deep"]["steps"]
+    assert _record_of(12) == "agnews-deep" and run_settings(12).steps == CHARLM_RECORDS["agnews-deep"]["steps"]
     assert CHARLM_SETTINGS["depths"] == (1, 2, 4, 8, 12, 16, 24)
-    assert record_of(24) == "agnews-depth" and run_settings(24, 2).seed == 2
+    assert _record_of(24) == "agnews-depth" and run_settings(24, 2).seed == 2
     assert run_settings(16, 1).steps == CHARLM_RECORDS["agnews-depth"]["steps"] and run_settings(16).seed == 0
     assert charlm_kinds("agnews") == CHARLM_KINDS and charlm_kinds("agnews-depth") == ("dot", "l2")
     assert charlm_seeds("agnews-deep") == (0,) and charlm_seeds("agnews-depth") == (0, 1, 2)
@@ -76,7 +76,7 @@ def tiny(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_seeded_record_trains_every_cell_shallower_depths_first(tiny: None, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
-    assert charlm_runs.main(["--record", "tiny", "--out", str(out)]) == 0
+    assert charlm_runs._main(["--record", "tiny", "--out", str(out)]) == 0
     record = json.loads(out.read_text())
     assert [(r["depth"], r["seed"], r["kind"]) for r in record["runs"]] == [
         (3, 5, "l2"), (3, 5, "dot"), (3, 0, "l2"), (3, 0, "dot"),
@@ -96,20 +96,20 @@ def test_seeded_record_trains_every_cell_shallower_depths_first(tiny: None, tmp_
 
 def test_drift_replays_each_run_with_its_own_seed(tiny: None, tmp_path: Path) -> None:
     out = tmp_path / "tiny.json"
-    charlm_runs.main(["--record", "tiny", "--out", str(out)])
+    charlm_runs._main(["--record", "tiny", "--out", str(out)])
     record = json.loads(out.read_text())
     for run in record["runs"]:
         if run["seed"] == 0:
             del run["seed"]  # a run recorded before seeds existed has seed 0
     out.write_text(json.dumps(record))
     capability = torch.backends.cpu.get_cpu_capability().lower()
-    assert charlm_runs.main(["--record", "tiny", "--out", str(out), "--drift"]) == 0
+    assert charlm_runs._main(["--record", "tiny", "--out", str(out), "--drift"]) == 0
     drift = json.loads(out.read_text())["replay_drift"][capability]
     assert drift["max_abs_bpc"] == 0.0 and drift["per_run_max_abs_bpc"] == [0.0] * len(record["runs"])
     # a record whose seed-5 curves were swapped with seed 0's: the drift sees it
     record["runs"][0]["rows"], record["runs"][2]["rows"] = record["runs"][2]["rows"], record["runs"][0]["rows"]
     out.write_text(json.dumps(record))
-    charlm_runs.main(["--record", "tiny", "--out", str(out), "--drift"])
+    charlm_runs._main(["--record", "tiny", "--out", str(out), "--drift"])
     drift = json.loads(out.read_text())["replay_drift"][capability]
     assert [d > 0 for d in drift["per_run_max_abs_bpc"]] == [True, False, True] + [False] * 5
     assert drift["max_abs_bpc"] == max(drift["per_run_max_abs_bpc"])
@@ -157,8 +157,8 @@ def test_curve_table_reads_each_run() -> None:
 
 def test_replay_first_steps_beside_the_record(tiny: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "tiny.json"
-    charlm_runs.main(["--record", "tiny", "--out", str(out)])
-    monkeypatch.setattr(charlm_runs, "record_path", lambda name: out)
+    charlm_runs._main(["--record", "tiny", "--out", str(out)])
+    monkeypatch.setattr(charlm_runs, "_record_path", lambda name: out)
     table = charlm_runs.replay_first_steps([("dot", 3, 5), ("l2", 5, 0)])
     rows = table.frame.to_dict("records")
     record = {(r["kind"], r["depth"], r["seed"]): r["rows"][0] for r in json.loads(out.read_text())["runs"]}

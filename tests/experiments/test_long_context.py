@@ -15,7 +15,7 @@ def test_attention_rows_match_closed_forms() -> None:
     n = 4
     uniform = torch.full((1, 1, n, n), 1 / n)
     one_hot = torch.eye(n).view(1, 1, n, n)
-    rows = lc.attention_rows(torch.cat([uniform, one_hot], 1))
+    rows = lc._attention_rows(torch.cat([uniform, one_hot], 1))
     assert rows["row_max"][0].tolist() == pytest.approx([1 / n, 1.0])
     assert rows["entropy"][0].tolist() == pytest.approx([math.log(n), 0.0], abs=1e-12)
     assert rows["spread"][0].tolist() == pytest.approx([n, 1.0])
@@ -29,28 +29,28 @@ def test_rounding_steps_recover_the_q4_1_grid() -> None:
     codes[..., 0], codes[..., 1] = 0, 15                   # every block uses both ends of its grid
     weight = (low + step * codes).reshape(3, 2 * lc.BLOCK)
     expected = step.expand(3, 2, lc.BLOCK).reshape(3, -1)
-    torch.testing.assert_close(lc.rounding_steps(weight), expected)
+    torch.testing.assert_close(lc._rounding_steps(weight), expected)
 
 
 def test_the_record_holds_the_grid_and_converged_values() -> None:
     table = lc.long_context_layers()
     assert set(table.text) == {"alice", "ag_news"}
-    for n, chosen in lc.GRID.items():
+    for n, chosen in lc._GRID.items():
         layers = set(table[table.n == n].layer)
         assert layers == (set(range(30)) if chosen == "all" else set(chosen))
     assert bool(table.converged.all())
-    assert set(lc.long_context_heads().n) == {n for n in lc.LENGTHS if n < lc.DEEPEST}
+    assert set(lc.long_context_heads().n) == {n for n in lc.LENGTHS if n < lc._DEEPEST}
 
 
 def test_bad_requests_are_refused_before_any_work() -> None:
     with pytest.raises(ValueError, match="n must be one of"):
-        lc.measure_text("alice", 300)
+        lc._measure_text("alice", 300)
     with pytest.raises(ValueError, match="no rows"):
         lc.replay_long_context("alice", 1024, 3)
     with pytest.raises(ValueError, match="name"):
-        lc.record_path("smollm2-short")
+        lc._record_path("smollm2-short")
     with pytest.raises(ValueError, match="n"):
-        lc.measure_text("alice", 1, layers=[0])
+        lc._measure_text("alice", 1, layers=[0])
 
 
 def test_the_gpu_record_holds_every_layer_at_every_length() -> None:

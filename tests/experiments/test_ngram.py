@@ -11,10 +11,10 @@ import torch
 
 from lipnb.experiments.charlm import ngram_bits_per_char
 from lipnb.experiments.ngram import (
+    _window_targets,
     kneser_ney_bits_per_char,
     kneser_ney_probabilities,
     kneser_ney_window_bits_per_char,
-    window_targets,
 )
 
 A, B, C = 0, 1, 2
@@ -124,12 +124,12 @@ def test_shortened_contexts_follow_the_definition() -> None:
 
 
 def test_window_targets_restart_the_context() -> None:
-    target, seen = window_targets(10, 3)
+    target, seen = _window_targets(10, 3)
     assert target.tolist() == list(range(1, 10)) and seen.tolist() == [1, 2, 3] * 3
-    target, seen = window_targets(11, 3)  # one character too few for a fourth window
+    target, seen = _window_targets(11, 3)  # one character too few for a fourth window
     assert target.tolist() == list(range(1, 10))
     with pytest.raises(ValueError, match="no window"):
-        window_targets(3, 3)
+        _window_targets(3, 3)
 
 
 def test_window_scoring_worked_out_by_hand() -> None:

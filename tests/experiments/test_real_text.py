@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from lipnb import data, local_lipschitz, models
 from lipnb.experiments.adversarial import adversarial_sweep, head_gamma_table
 from lipnb.experiments.real_text import (
+    _token_radii,
     layer_radii,
     measure,
     position_aliasing,
     real_text_sweep,
-    token_radii,
     token_radius,
 )
 from lipnb.experiments.stats import growth_fits, power_law_break
@@ -122,7 +122,7 @@ def test_real_text_sweep_reaches_a_llama_decoder(alice: None) -> None:
 
 
 def test_token_radii_are_the_rms_norms_of_the_attention_inputs(alice: None) -> None:
-    table = token_radii("minilm", "alice", [6], 2)
+    table = _token_radii("minilm", "alice", [6], 2)
     model, tokenizer = models.load("minilm")
     ids = data.token_sequences(data.dataset_text("alice"), tokenizer, [6], 2)[6]
     X = models.attention_inputs(model, 2, ids).double()

@@ -15,7 +15,7 @@ from lipnb.core.inputs import lemma_c_7_input, random_head
 from lipnb.core.jacobian import score_gaps
 from lipnb.experiments.stats import fit_line
 from lipnb.experiments.synthetic import (
-    large_radius_error,
+    _large_radius_error,
     lemma_c_7_constants,
     quadratic_growth_slopes,
     synthetic_bound_sweep,
@@ -65,7 +65,7 @@ def test_large_radius_error_decays_at_the_gap_rate(gen: torch.Generator, masked:
     X = torch.nn.functional.normalize(X[:1], dim=-1)
     gap = score_gaps(X, A, masked=masked).min().item()
     R = torch.sqrt(torch.tensor([15.0, 20.0, 25.0], dtype=F64) / gap)
-    err = large_radius_error(X, A, V, R, masked=masked)
+    err = _large_radius_error(X, A, V, R, masked=masked)
     assert bool((err[1:] < err[:-1]).all())
     rate = -fit_line(R**2, (err / R**2).log()).slope
     assert abs(rate / gap - 1) < 0.05

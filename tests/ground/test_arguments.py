@@ -165,7 +165,7 @@ bad_lengths = st.one_of(
 SWEEPS: dict[str, Callable[..., object]] = {
     "real_text_sweep": lambda **k: real_text.real_text_sweep(**{"model_name": "llama-random", "dataset": "alice",
                                                                "lengths": [4], "per_length": 1, **k}),
-    "token_radii": lambda **k: real_text.token_radii(**{"model_name": "llama-random", "dataset": "alice",
+    "layer_radii": lambda **k: real_text.layer_radii(**{"model_name": "llama-random", "dataset": "alice",
                                                        "lengths": [4], "per_length": 1, **k}),
     "head_gamma_table": lambda **k: adversarial.head_gamma_table(**{"model_name": "llama-random", "lengths": [4],
                                                                    "per_length": 1, **k}),
@@ -182,7 +182,7 @@ def test_every_sweep_refuses_a_bad_grid_of_lengths(sweep: str, lengths: object) 
         refused(lambda: SWEEPS[sweep](lengths=lengths), "lengths")
 
 
-@given(st.sampled_from(["real_text_sweep", "token_radii", "head_gamma_table", "synthetic_bound_sweep"]),
+@given(st.sampled_from(["real_text_sweep", "layer_radii", "head_gamma_table", "synthetic_bound_sweep"]),
        st.one_of(not_ints, st.integers(-3, 0)))
 def test_every_sweep_refuses_a_bad_count(sweep: str, per_length: object) -> None:
     with no_work():
@@ -208,7 +208,7 @@ def test_every_sweep_refuses_a_bad_count(sweep: str, per_length: object) -> None
     ("real_text_sweep", {"dataset": ["alice"]}, "dataset"),
     ("real_text_sweep", {"model_name": "gpt-2"}, "model"),
     ("real_text_sweep", {"model_name": None}, "model"),
-    ("token_radii", {"dataset": "x"}, "dataset"),
+    ("layer_radii", {"dataset": "x"}, "dataset"),
     ("adversarial_sweep", {"kinds": "head"}, "kinds"),
     ("adversarial_sweep", {"kinds": ()}, "kinds"),
     ("adversarial_sweep", {"kinds": ("mha", "mha")}, "kinds"),
