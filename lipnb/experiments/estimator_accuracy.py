@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-import torch
 from torch import Tensor
 
 from ..arguments import check_choice, check_lengths, check_positive_int, check_sequence, check_tokens

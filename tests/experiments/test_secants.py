@@ -15,7 +15,7 @@ def test_a_linear_map_attains_its_norm_along_its_top_singular_vector() -> None:
     g = torch.Generator().manual_seed(0)
     M = torch.randn(3, 3, dtype=F64, generator=g)
     fn = lambda Z: Z @ M.T  # noqa: E731
-    U, S, Vh = torch.linalg.svd(M)
+    _, S, Vh = torch.linalg.svd(M)
     X = torch.randn(2, 4, 3, dtype=F64, generator=g)
     top = torch.zeros_like(X)
     top[:, 1] = Vh[0]
