@@ -42,8 +42,8 @@ def selection_convergence(X: Tensor, A: Tensor, V: Tensor, *, masked: bool = Fal
     ``sqrt(top / Δ)``, and the rate of ``log(error / R²)`` fitted against ``R²`` where ``ΔR² ≥ tail``.
 
     ``X`` is one sequence ``(1, n, d)`` with a unique argmax in every row (``Δ > 0``), ``Δ`` its smallest score gap
-    (over ``j <= i`` when ``masked``). Dense float64 Jacobians (:func:`~lipnb.experiments.synthetic.large_radius_sweep`);
-    not cached (its inputs are tensors).
+    (over ``j <= i`` when ``masked``). Dense float64 Jacobians
+    (:func:`~lipnb.experiments.synthetic.large_radius_sweep`); not cached (its inputs are tensors).
     """
     check_tokens(X)
     if X.shape[0] != 1:
