@@ -22,6 +22,8 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "estimator_accuracy": ("estimator_agreement", "estimator_convergence"),
     "growth_rates": ("rates_table",),
     "large_radius": ("selection_convergence",),
+    "layernorm_radius": ("absorbed_bound_table", "layernorm_absorption_errors", "layernorm_token_table",
+                         "normalization_windows"),
     "l2_tightness": ("dot_and_l2_sweep", "fitted_rates", "identity_head", "maximize_l2_lipschitz", "proof_start",
                      "query_scaled", "tightness_sweep"),
     "long_context": ("FOCUS", "GPU_RECORD", "MODEL", "agreement", "head_table", "layer_table", "long_context_record",

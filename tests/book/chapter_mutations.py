@@ -68,9 +68,17 @@ def recompiled(owner: object, name: str, old: str, new: str) -> Callable:
 
 
 def lipnb_modules() -> list[object]:
-    """Every module of ``lipnb``, imported."""
+    """Every module of ``lipnb``, imported, with every name each floor publishes resolved: a floor binds a published
+    name in its namespace on first use, so a name first used under a mutation would keep the edited version after
+    the patches are undone (the next chapter to run would import it); resolved beforehand, it is one more alias
+    that :func:`apply` patches and undoes."""
     names = [info.name for info in pkgutil.walk_packages(lipnb.__path__, "lipnb.") if "__main__" not in info.name]
-    return [lipnb, *(importlib.import_module(name) for name in names)]
+    modules = [lipnb, *(importlib.import_module(name) for name in names)]
+    for module in modules:
+        if hasattr(module, "PUBLISHED") and isinstance(module.__dict__.get("PUBLISHED"), dict):
+            for name in module.__all__:
+                getattr(module, name)
+    return modules
 
 
 def apply(monkeypatch: pytest.MonkeyPatch, mutation: ChapterMutation) -> None:
