@@ -12,6 +12,7 @@ from ..lazy import lazy_modules, published_names
 PUBLISHED: dict[str, tuple[str, ...]] = {
     "adversarial": ("adversarial_layers", "adversarial_radii", "adversarial_sweep", "adversarial_table",
                     "head_gamma_table"),
+    "adversarial_growth": ("lemma_c_7_table", "sqrt_n_growth_table", "sqrt_n_window_table"),
     "benchmark": ("benchmark_record", "cpu_speedup", "decomposition", "default_call", "lipnb_calls",
                   "paper_profile_seconds", "provenance", "relative_errors", "table"),
     "benchmark_schema": ("WorkloadRun",),
@@ -34,6 +35,7 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "stats": ("BREAK_MIN_JUMP", "BREAK_MIN_SIDE", "bootstrap_slope", "fit_line", "growth_fits", "lack_of_fit",
               "local_slopes", "power_law_break", "side", "student_interval"),
     "synthetic": ("large_radius_sweep", "lemma_c_7_constants", "quadratic_growth_slopes", "synthetic_bound_sweep"),
+    "theorem_3_3_proof": ("data_bound_table", "proof_steps"),
     "verdicts": ("CORRECTION_TARGETS", "VERDICTS", "bound_verdict", "count_verdicts", "drawn_constant",
                  "drawn_verdict", "interval_verdict"),
 }
