@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..arguments import check_bool, check_choice, check_positive_int, check_record_file, check_writable_dir
 from ..data import ag_news_texts
 from .charlm import CharLMConfig, Kind, char_corpus, train_char_lm
 
@@ -81,12 +82,12 @@ def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
 
 def kinds_of(name: str) -> tuple[Kind, ...]:
     """The attention kinds the record ``name`` trains."""
-    return tuple(RECORDS[name].get("kinds", KINDS))
+    return tuple(RECORDS[check_choice(name, "name", RECORDS)].get("kinds", KINDS))
 
 
 def seeds_of(name: str) -> tuple[int, ...]:
     """The seeds the record ``name`` trains each (kind, depth) with."""
-    return tuple(RECORDS[name].get("seeds", (0,)))
+    return tuple(RECORDS[check_choice(name, "name", RECORDS)].get("seeds", (0,)))
 
 
 def record_of(depth: int) -> str:
@@ -106,8 +107,9 @@ def run_settings(depth: int, seed: int = 0) -> CharLMConfig:
 
 
 def record_path(name: str = RECORD) -> Path:
-    """Where the record ``name`` lives: the folder ``charlm_records`` shipped inside lipnb."""
-    return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
+    """Where the record ``name`` (one of ``RECORDS``, never a path) lives: the folder ``charlm_records`` shipped
+    inside lipnb."""
+    return Path(__file__).resolve().parent / "charlm_records" / f"{check_choice(name, 'name', RECORDS)}.json"
 
 
 def charlm_record(name: str = RECORD) -> dict:
@@ -123,9 +125,12 @@ def charlm_record(name: str = RECORD) -> dict:
 
 def replay_charlm(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
     """The first ``steps`` steps of the recorded run (``kind``, ``depth``, ``seed``), re-run here with its settings
-    (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`)."""
+    (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`);
+    checked before the corpus is read."""
+    config = replace(run_settings(depth, seed), steps=check_positive_int(steps, "steps"))
+    check_choice(kind, "kind", kinds_of(record_of(depth)))
+    check_bool(divisors, "divisors")
     train, valid, alphabet = agnews_corpus()
-    config = replace(run_settings(depth, seed), steps=steps)
     return train_char_lm(train, valid[: SETTINGS["valid_chars"]], len(alphabet), config, kind,
                          log_every=SETTINGS["log_every"], divisors=divisors)
 
@@ -186,7 +191,8 @@ def value_at(curve: Sequence[Mapping[str, Any]], step: int, column: str = "valid
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lipnb.experiments.charlm_runs",
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--record", choices=list(RECORDS), default=RECORD)
     parser.add_argument("--out", type=Path, help="where to write the record (default: its place in lipnb)")
     parser.add_argument("--drift", action="store_true",
@@ -194,9 +200,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
     args = parser.parse_args(argv)
     out, spec = args.out or record_path(args.record), RECORDS[args.record]
+    try:   # --out checked before any training: a one-line error, exit status 2
+        if args.drift:
+            record = check_record_file(out, "--out", ("runs",))
+        elif out.is_dir():
+            raise ValueError(f"--out {out} is a folder; give the record's file")
+        else:
+            check_writable_dir(out.parent, "--out")
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     if args.drift:
-        record = json.loads(out.read_text())
         per_run = []  # each run's largest difference, in the order of the runs
         for run in record["runs"]:
             row = replay_charlm(run["kind"], run["depth"], SETTINGS["log_every"], seed=run.get("seed", 0))[0]
