@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .arguments import check_bool, check_lengths, check_positive_int, check_seed, check_sequence
+
 __all__ = ["PROFILES", "Profile", "check_profile", "default_device", "profile", "set_profile"]
 
 _ENV_VAR = "LIPNB_PROFILE"
@@ -51,6 +53,27 @@ class Profile:
     smollm2_layers: tuple[int, ...] | None
     smollm2_pair: tuple[int, int]
     smollm2_long_lengths: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        """Every field checked (``TypeError``/``ValueError`` naming it) and every grid stored as a tuple of ints."""
+        for field in ("name", "encoder", "decoder", "gpt2"):
+            if not isinstance(getattr(self, field), str) or not getattr(self, field):
+                raise TypeError(f"{field} must be a non-empty string; got {getattr(self, field)!r}")
+        grids = {field: tuple(check_lengths(getattr(self, field), field)) for field in (
+            "lengths", "alice_lengths", "ag_news_lengths", "jump_lengths", "adversarial_lengths", "smollm2_pair",
+            "smollm2_long_lengths")}
+        if len(grids["smollm2_pair"]) != 2:
+            raise ValueError(f"smollm2_pair must hold two lengths; got {grids['smollm2_pair']}")
+        seeds = tuple(check_seed(s, "each of seeds") for s in check_sequence(self.seeds, "seeds"))
+        layers = None if self.smollm2_layers is None else tuple(
+            check_positive_int(i, "each of smollm2_layers", 0) for i in check_sequence(self.smollm2_layers,
+                                                                                        "smollm2_layers"))
+        checked = {**grids, "seeds": seeds, "smollm2_layers": layers,
+                   "per_length": check_positive_int(self.per_length, "per_length"),
+                   "text_per_length": check_positive_int(self.text_per_length, "text_per_length"),
+                   "every_adversarial_layer": check_bool(self.every_adversarial_layer, "every_adversarial_layer")}
+        for field, value in checked.items():
+            object.__setattr__(self, field, value)
 
 
 PROFILES: dict[str, Profile] = {

@@ -39,7 +39,8 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from .arguments import check_writable_dir
+from .arguments import check_sequence, check_writable_dir
+from .profiles import profile
 from .sources import source_digest
 
 __all__ = [
@@ -75,13 +76,11 @@ def code_version(module: str | None = None) -> str:
 
 
 def _as_column(name: str, values: Column) -> list | Tensor:
-    if isinstance(values, str | bytes):
-        raise TypeError(f"column {name!r} must be a sequence of values, not a string")
+    if isinstance(values, Tensor) and values.dim() != 1:
+        raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
     if isinstance(values, Tensor):
-        if values.dim() != 1:
-            raise ValueError(f"column {name!r} must be 1-D, got shape {tuple(values.shape)}")
         return values.detach().cpu()
-    return list(values)
+    return check_sequence(values, f"column {name!r}", allow_empty=True)
 
 
 @dataclass(frozen=True)
@@ -144,22 +143,27 @@ class ResultTable:
 
     def to_csv(self, path: Path) -> None:
         """Write the rows to ``path`` (full float64 precision) and ``path`` + ``.json``: provenance, rows, columns,
-        label columns, checksum."""
+        label columns, float columns (``1.0`` is written ``1``: read back as a float), checksum."""
         data = self.frame.to_csv(index=False, float_format="%.17g").encode()
+        floats = [c for c in self.columns if pd.api.types.is_float_dtype(self.frame[c])]
         record = {"provenance": dict(self.provenance), "rows": len(self.frame), "columns": self.columns,
-                  "labels": self._label_columns(), "sha256": hashlib.sha256(data).hexdigest()}
+                  "labels": self._label_columns(), "floats": floats, "sha256": hashlib.sha256(data).hexdigest()}
         _write_atomic(path, data)
         _write_atomic(path.with_suffix(".json"), json.dumps(record, indent=1, sort_keys=True, default=str).encode())
 
     @classmethod
-    def read_csv(cls, path: Path) -> ResultTable:
-        """Read a table written by :meth:`to_csv`; ``ValueError`` naming the defect if it fails verification."""
+    def read_csv(cls, path: Path | str) -> ResultTable:
+        """Read a table written by :meth:`to_csv`; ``ValueError`` naming the defect if it is missing, a folder or
+        fails verification."""
+        path = Path(path)
+        for part in (path, path.with_suffix(".json")):
+            if not part.is_file():
+                raise ValueError(f"{part.name} is {'a folder' if part.is_dir() else 'missing'}, not a table's file "
+                                 f"(in {part.parent})")
         try:
             record = json.loads(path.with_suffix(".json").read_text())
             provenance, rows, checksum = record["provenance"], record["rows"], record["sha256"]
-            columns, labels = list(record["columns"]), set(record["labels"])
-        except FileNotFoundError:
-            raise ValueError(f"{path.with_suffix('.json').name} is missing") from None
+            columns, labels, floats = list(record["columns"]), set(record["labels"]), list(record["floats"])
         except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
             raise ValueError(f"{path.with_suffix('.json').name} is not a complete provenance record ({err})") from None
         data = path.read_bytes()
@@ -167,7 +171,8 @@ class ResultTable:
             raise ValueError(f"{path.name} does not match the checksum in its provenance")
         # Label columns are read as strings with no gaps; elsewhere only an empty cell (how NaN was written) is one.
         # Parsed from the bytes just verified, not from the file again (which a concurrent writer may have replaced).
-        frame = pd.read_csv(io.BytesIO(data), dtype={column: str for column in labels}, keep_default_na=False,
+        dtypes = {**{column: "float64" for column in floats}, **{column: str for column in labels}}
+        frame = pd.read_csv(io.BytesIO(data), dtype=dtypes, keep_default_na=False,
                             na_values={column: [""] for column in columns if column not in labels})
         if list(frame.columns) != columns:
             raise ValueError(f"{path.name} has the columns {list(frame.columns)}; its provenance says {columns}")
@@ -193,8 +198,9 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored.
 
     A damaged cache entry (see the module) is recomputed and overwritten, with a warning naming the defect. Before
-    ``compute()`` runs, the cache folder is checked writable (``ValueError`` naming ``$LIPNB_CACHE_DIR``), and an
-    empty result is refused rather than stored.
+    any work, an unknown ``$LIPNB_PROFILE`` is refused, and so is an entry whose file a folder has taken (it could
+    not be stored); before ``compute()`` runs, the cache folder is checked writable (``ValueError`` naming
+    ``$LIPNB_CACHE_DIR``), and an empty result is refused rather than stored.
     """
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise ValueError(f"name must be a non-empty word of letters, digits, _ and - (a file name); got {name!r}")
@@ -202,6 +208,7 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
         raise TypeError(f"params must be a mapping of the sweep's parameters; got {type(params).__name__}")
     if not callable(compute):
         raise TypeError(f"compute must be a callable returning the columns; got {type(compute).__name__}")
+    profile()   # an unknown $LIPNB_PROFILE is refused before any sweep, cached or not
     # The code the sweep runs: the import closure of the module that defines ``compute`` (all of lipnb for a
     # ``compute`` defined elsewhere).
     module = getattr(compute, "__module__", None) or ""
@@ -209,6 +216,10 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     provenance = {"sweep": name, "params": dict(params), "code": code, "torch": torch.__version__}
     key = json.dumps(provenance, sort_keys=True, default=str)
     path = cache_dir() / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:16]}.csv"
+    taken = [p for p in (path, path.with_suffix(".json")) if p.is_dir()]
+    if taken:
+        raise ValueError(f"results cache: {taken[0]} is a folder where the entry's file goes; remove it (or set "
+                         f"{_CACHE_ENV} to another folder)")
     if path.exists():
         try:
             table = ResultTable.read_csv(path)

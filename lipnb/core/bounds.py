@@ -16,7 +16,18 @@ import math
 import torch
 from torch import Tensor
 
-from ..arguments import as_count, as_radius, as_real, check_bool, check_positive_int, check_tokens
+from ..arguments import (
+    as_count,
+    as_radius,
+    as_real,
+    check_bool,
+    check_broadcast,
+    check_float,
+    check_matrix,
+    check_positive_int,
+    check_tokens,
+    check_width,
+)
 from .attention import MultiHead, attention_matrix, scores
 from .inputs import real_eigenpairs
 
@@ -104,6 +115,7 @@ def theorem_e_3(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tensor,
     _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
     R, n = as_radius(R), as_count(n)
+    check_broadcast(R=R, n=n)
     c = _score_bias_norm(score_bias, A.shape[0])
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + 4 * n * R**2 * (a * R + c) ** 2 + n)
 
@@ -217,6 +229,7 @@ def gamma(A: Tensor) -> Tensor:
 def proposition_3_4(A: Tensor, R: float | Tensor, n: int | Tensor) -> Tensor:
     """Proposition 3.4 (``V = I``): ``Lip(f|B_R^n) >= √(n-1) / (1 + (n-1) exp(-2 γ R²))``."""
     g, R, n = gamma(A), as_radius(R), as_count(n)
+    check_broadcast(R=R, n=n)
     return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-2 * g * R**2))
 
 
@@ -226,6 +239,7 @@ def lemma_c_7(eigenvalue: float | Tensor, R: float | Tensor, n: int | Tensor) ->
     ``p = 1/(1 + (n-1) e^{-λR²/4})`` if ``λ > 0``, ``p = 1/(1 + (n-1) e^{-2|λ|R²})`` if ``λ < 0``.
     """
     lam, R, n = as_real(eigenvalue, "eigenvalue"), as_radius(R), as_count(n)
+    check_broadcast(eigenvalue=lam, R=R, n=n)
     rate = torch.where(lam > 0, lam / 4, 2 * lam.abs())
     return torch.sqrt(n - 1) / (1 + (n - 1) * torch.exp(-rate * R**2))
 
@@ -239,12 +253,17 @@ def _proposition_3_6(A: Tensor, R: float | Tensor) -> Tensor:
 def argmax_counts(X: Tensor, A: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7: ``#{i : m_i = j}`` for ``m_i = argmax_j <A x_i, x_j>`` (``j <= i`` if masked), ``(B, n)``."""
     check_tokens(X)
+    check_matrix(A, "A", 2)
+    check_width(X, A.shape[-1], f"A of shape {tuple(A.shape)}")
+    if A.shape[0] != A.shape[1]:
+        raise ValueError(f"A must be a square (d, d) matrix; got shape {tuple(A.shape)}")
     m = scores(X, A, masked=check_bool(masked, "masked")).argmax(-1)
     return torch.zeros_like(m).scatter_add_(1, m, torch.ones_like(m))
 
 
 def theorem_3_7_limit(X: Tensor, A: Tensor, V: Tensor, *, masked: bool = False) -> Tensor:
     """Theorem 3.7 (4.5 masked): ``lim_R Lip_{RX}(f) = ||V||₂ √(max_j #{i : m_i = j})``, ``(B,)``."""
+    _check_head(A, V)
     return _norm2(V) * argmax_counts(X, A, masked=masked).amax(1).double().sqrt()
 
 
@@ -268,6 +287,7 @@ def lemma_c_7_sharpened(eigenvalue: float | torch.Tensor, R: float | torch.Tenso
     ``p`` is the lemma's weight and ``2γR² = λR²/4`` (``λ > 0``) or ``2|λ|R²`` (``λ < 0``).
     """
     lam, R, n = as_real(eigenvalue, "eigenvalue"), as_radius(R), as_count(n)
+    check_broadcast(eigenvalue=lam, R=R, n=n)
     kappa = torch.where(lam > 0, lam / 4, 2 * lam.abs()) * R**2
     p = 1 / (1 + (n - 1) * torch.exp(-kappa))
     return torch.sqrt(n - 1) * p * (1 + kappa * (1 - p))
@@ -305,7 +325,13 @@ def flow_gronwall_log(A: torch.Tensor, V: torch.Tensor, r0: float, n: int, T: fl
     :func:`flow_radius_bound`; pass measured per-layer constants as ``step_constants`` (shape ``(L,)``).
     """
     h = as_radius(T, "T") / check_positive_int(L, "L")
-    if step_constants is None:
+    if step_constants is not None:
+        if tuple(check_float(step_constants, "step_constants").shape) != (L,):
+            raise ValueError(f"step_constants must hold one constant per layer, shape ({L},); got "
+                             f"{tuple(step_constants.shape)}")
+        if bool((step_constants < 0).any()):
+            raise ValueError("step_constants must be Lipschitz constants >= 0")
+    else:
         R = flow_radius_bound(r0, V, T, L)[:-1]
         step_constants = torch.minimum(theorem_3_3(A, V, R, n), theorem_3_5(A, V, R))
     logs = torch.log1p(h * step_constants.double())
@@ -325,6 +351,7 @@ def theorem_e_3_sharpened(A: Tensor, V: Tensor, R: float | Tensor, n: int | Tens
     _check_head(A, V)
     a, v = _norm2(A), _norm2(V)
     R, n = as_radius(R), as_count(n)
+    check_broadcast(R=R, n=n)
     c = _score_bias_norm(score_bias, A.shape[0])
     return math.sqrt(3) * v * torch.sqrt(a**2 * R**4 + n * R**2 * (a * R + c) ** 2 + n)
 

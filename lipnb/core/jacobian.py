@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..arguments import check_float, check_tokens
+from ..arguments import check_float, check_positive_int, check_tokens
 from .attention import MultiHead, attention_matrix, log_weights, mask_future, scores
 from .linearization import ClosedForm
 
@@ -400,6 +400,7 @@ class MultiHeadMap:
         product ``4 n d p + 8 n² H (r + k)`` (``"attention"``: its second term), plus ``2 n H k d_out`` per
         application of the output blocks.
         """
+        n = check_positive_int(n, "n")
         F = self._factors
         H, r, k = F.num_heads, F.rank, F.head_dim
         d, p = F.proj.shape[1], F.proj.shape[0]

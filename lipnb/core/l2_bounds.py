@@ -15,6 +15,7 @@ import torch
 from scipy.special import lambertw
 from torch import Tensor
 
+from ..arguments import as_count, as_real
 from .dense import jacobian_matrix
 from .l2_self_attention import L2Heads
 
@@ -30,10 +31,10 @@ __all__ = [
 
 def phi_inverse(y: float | Tensor) -> Tensor:
     """Theorem 3.2: the inverse of ``φ(x) = x e^{x+1}`` on ``[0, ∞)``, ``W₀(y/e)`` (principal Lambert W), float64."""
-    y = torch.as_tensor(y, dtype=torch.float64)
+    y = as_real(y, "y")
     if bool((y < 0).any()):
         raise ValueError("phi_inverse needs y >= 0")
-    return torch.as_tensor(lambertw(y.numpy() / math.e).real, dtype=torch.float64)
+    return torch.as_tensor(lambertw(y.cpu().numpy() / math.e).real, dtype=torch.float64)
 
 
 def softmax_distance_sum(z: Tensor) -> Tensor:
@@ -66,7 +67,7 @@ def theorem_3_2_inf(heads: L2Heads, N: int | Tensor) -> Tensor:
     Q, V = heads.Q.double(), heads.V.double()
     out = 1.0 if heads.W is None else _inf_norm(heads.W.double().mT)
     weights = (_inf_norm(Q) * _inf_norm(Q.mT)).max() * _inf_norm(V.mT).max() * out
-    return (4 * phi_inverse(torch.as_tensor(N) - 1) + 1 / heads.tau) * weights
+    return (4 * phi_inverse(as_count(N, "N") - 1) + 1 / heads.tau) * weights
 
 
 def theorem_3_2_two(heads: L2Heads, N: int | Tensor, *, sharpened: bool = False) -> Tensor:
@@ -78,7 +79,7 @@ def theorem_3_2_two(heads: L2Heads, N: int | Tensor, *, sharpened: bool = False)
     out = 1.0 if heads.W is None else _two_norm(heads.W)
     weights = (_two_norm(heads.Q).pow(4) * _two_norm(heads.V).square()).sum().sqrt() * out
     c = 2 * math.sqrt(2) if sharpened else 4.0
-    N = torch.as_tensor(N, dtype=torch.float64)
+    N = as_count(N, "N")
     return N.sqrt() / heads.tau * (c * phi_inverse(N - 1) + 1) * weights
 
 
@@ -88,7 +89,7 @@ def theorem_3_2_two_as_printed(heads: L2Heads, N: int | Tensor) -> Tensor:
     _check_tied(heads)
     out = 1.0 if heads.W is None else _two_norm(heads.W)
     weights = (_two_norm(heads.Q).square() * _two_norm(heads.V).square()).sum().sqrt() * out
-    N = torch.as_tensor(N, dtype=torch.float64)
+    N = as_count(N, "N")
     return N.sqrt() / heads.tau * (4 * phi_inverse(N) + 1) * weights
 
 

@@ -17,7 +17,16 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from ..arguments import check_positive_int
+from ..arguments import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_ids,
+    check_level,
+    check_positive_int,
+    check_real,
+    check_seed,
+)
 from ..core.attention import mask_future
 from ..core.l2_bounds import phi_inverse
 
@@ -46,6 +55,16 @@ class CharLMConfig:
     lr: float = 3e-3
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        """Every size a positive int (``heads`` dividing ``d``), ``lr`` a positive number, ``seed`` a seed."""
+        for field in ("d", "heads", "depth", "context", "batch", "steps"):
+            check_positive_int(getattr(self, field), field)
+        if self.d % self.heads:
+            raise ValueError(f"heads = {self.heads} must divide d = {self.d}")
+        if check_real(self.lr, "lr") <= 0:
+            raise ValueError(f"lr must be > 0; got {self.lr}")
+        check_seed(self.seed)
+
 
 class _Attention(nn.Module):
     """Causal multi-head attention of one ``kind``: ``"dot"``, ``"l2"`` (tied ``W^K = W^Q``) or ``"l2-contractive"``."""
@@ -54,6 +73,7 @@ class _Attention(nn.Module):
         super().__init__()
         if kind not in ("dot", "l2", "l2-contractive"):
             raise ValueError(f"kind must be 'dot', 'l2' or 'l2-contractive'; got {kind!r}")
+        d, heads = check_positive_int(d, "d"), check_positive_int(heads, "heads")
         if d % heads:
             raise ValueError(f"heads = {heads} must divide d = {d}")
         self.kind, self.H, self.k = kind, heads, d // heads
@@ -114,8 +134,9 @@ class CharLM(nn.Module):
 
 def char_corpus(text: str, *, valid_fraction: float = 0.1) -> tuple[Tensor, Tensor, list[str]]:
     """Character ids of ``text``: training and validation splits (the last ``valid_fraction``) and the alphabet."""
-    if not 0 < valid_fraction < 1:
-        raise ValueError(f"valid_fraction must lie in (0, 1); got {valid_fraction}")
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a string; got {type(text).__name__}")
+    check_level(valid_fraction, "valid_fraction")
     alphabet = sorted(set(text))
     index = {ch: i for i, ch in enumerate(alphabet)}
     ids = torch.tensor([index[ch] for ch in text], dtype=torch.long)
@@ -128,8 +149,9 @@ def ngram_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int) ->
     context; 1 is the unigram) fitted on ``train`` with add-one smoothing."""
     order = check_positive_int(order, "order")
     vocab = check_positive_int(vocab, "vocab")
-    if len(train) < order or len(valid) < order:
-        raise ValueError(f"train and valid need at least order = {order} characters")
+    train, valid = check_ids(train, vocab, "train"), check_ids(valid, vocab, "valid")
+    if train.dim() != 1 or valid.dim() != 1 or len(train) < order or len(valid) < order:
+        raise ValueError(f"train and valid must be 1-D with at least order = {order} characters")
     counts = torch.ones((vocab,) * order, dtype=torch.float64)
     counts.index_put_(tuple(train[i:len(train) - order + 1 + i] for i in range(order)),
                       torch.ones(len(train) - order + 1, dtype=torch.float64), accumulate=True)
@@ -165,9 +187,21 @@ def train_char_lm(train: Tensor, valid: Tensor, vocab: int, config: CharLMConfig
 
     ``train_bpc`` averages the training loss since the previous row, ``valid_bpc`` is measured on all of
     ``valid``; a non-finite loss stops the run, with a last row marked ``diverged`` whose losses are ``inf``
-    (finite numbers only, so that the cached CSV keeps numeric columns).
+    (finite numbers only, so that the cached CSV keeps numeric columns). Arguments are checked before any work:
+    ``train`` must hold more than ``context + 1`` ids (a batch of windows and their next characters), ``valid`` at
+    least ``context + 1``.
     """
-    device = device or torch.device("cpu")
+    vocab = check_positive_int(vocab, "vocab")
+    train, valid = check_ids(train, vocab, "train"), check_ids(valid, vocab, "valid")
+    if not isinstance(config, CharLMConfig):
+        raise TypeError(f"config must be a CharLMConfig; got {type(config).__name__}")
+    for ids, name, least in ((train, "train", config.context + 2), (valid, "valid", config.context + 1)):
+        if ids.dim() != 1 or len(ids) < least:
+            raise ValueError(f"{name} must be a 1-D text of at least {least} characters for context = "
+                             f"{config.context}; got shape {tuple(ids.shape)}")
+    check_choice(kind, "kind", ("dot", "l2", "l2-contractive"))
+    log_every, divisors = check_positive_int(log_every, "log_every"), check_bool(divisors, "divisors")
+    device = torch.device("cpu") if device is None else check_device(device)
     # the model's initialisation draws from torch's global generator: seeded here, the caller's state kept
     cuda = [torch.cuda.current_device() if device.index is None else device.index] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=cuda):

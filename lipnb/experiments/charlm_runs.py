@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 
 from .. import __version__
+from ..arguments import check_bool, check_choice, check_positive_int, check_record_file, check_writable_dir
 from ..data import ag_news_texts
 from ..results import ResultTable, cached_table
 from .charlm import CharLM, CharLMConfig, Kind, char_corpus, ngram_bits_per_char, train_char_lm
@@ -87,12 +88,12 @@ def agnews_corpus() -> tuple[Tensor, Tensor, list[str]]:
 
 def charlm_kinds(name: str) -> tuple[Kind, ...]:
     """The attention kinds the record ``name`` trains."""
-    return tuple(CHARLM_RECORDS[name].get("kinds", CHARLM_KINDS))
+    return tuple(CHARLM_RECORDS[check_choice(name, "name", CHARLM_RECORDS)].get("kinds", CHARLM_KINDS))
 
 
 def charlm_seeds(name: str) -> tuple[int, ...]:
     """The seeds the record ``name`` trains each (kind, depth) with."""
-    return tuple(CHARLM_RECORDS[name].get("seeds", (0,)))
+    return tuple(CHARLM_RECORDS[check_choice(name, "name", CHARLM_RECORDS)].get("seeds", (0,)))
 
 
 def _record_of(depth: int) -> str:
@@ -112,8 +113,9 @@ def run_settings(depth: int, seed: int = 0) -> CharLMConfig:
 
 
 def _record_path(name: str = _CHARLM_RECORD) -> Path:
-    """Where the record ``name`` lives: the folder ``charlm_records`` shipped inside lipnb."""
-    return Path(__file__).resolve().parent / "charlm_records" / f"{name}.json"
+    """Where the record ``name`` (one of ``CHARLM_RECORDS``, never a path) lives: the folder ``charlm_records`` shipped
+    inside lipnb."""
+    return Path(__file__).resolve().parent / "charlm_records" / f"{check_choice(name, 'name', CHARLM_RECORDS)}.json"
 
 
 def charlm_record(name: str = _CHARLM_RECORD) -> dict:
@@ -129,9 +131,12 @@ def charlm_record(name: str = _CHARLM_RECORD) -> dict:
 
 def replay_charlm(kind: Kind, depth: int, steps: int, *, seed: int = 0, divisors: bool = False) -> list[dict]:
     """The first ``steps`` steps of the recorded run (``kind``, ``depth``, ``seed``), re-run here with its settings
-    (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`)."""
+    (with ``divisors``, also every block's attention divisor: :func:`lipnb.experiments.charlm.train_char_lm`);
+    checked before the corpus is read."""
+    config = replace(run_settings(depth, seed), steps=check_positive_int(steps, "steps"))
+    check_choice(kind, "kind", charlm_kinds(_record_of(depth)))
+    check_bool(divisors, "divisors")
     train, valid, alphabet = agnews_corpus()
-    config = replace(run_settings(depth, seed), steps=steps)
     return train_char_lm(train, valid[: CHARLM_SETTINGS["valid_chars"]], len(alphabet), config, kind,
                          log_every=CHARLM_SETTINGS["log_every"], divisors=divisors)
 
@@ -306,7 +311,8 @@ def contractive_divisors(depths: Sequence[int]) -> ResultTable:
 
 def _main(argv: Sequence[str] | None = None) -> int:
     """Train every run of one record once and write it (after each run, so that a cut-off keeps its curves)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m lipnb.experiments.charlm_runs",
+                                     description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--record", choices=list(CHARLM_RECORDS), default=_CHARLM_RECORD)
     parser.add_argument("--out", type=Path, help="where to write the record (default: its place in lipnb)")
     parser.add_argument("--drift", action="store_true",
@@ -314,9 +320,17 @@ def _main(argv: Sequence[str] | None = None) -> int:
                              "difference under this process's ATen CPU capability (set ATEN_CPU_CAPABILITY)")
     args = parser.parse_args(argv)
     out, spec = args.out or _record_path(args.record), CHARLM_RECORDS[args.record]
+    try:   # --out checked before any training: a one-line error, exit status 2
+        if args.drift:
+            record = check_record_file(out, "--out", ("runs",))
+        elif out.is_dir():
+            raise ValueError(f"--out {out} is a folder; give the record's file")
+        else:
+            check_writable_dir(out.parent, "--out")
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
     torch.set_num_threads(1)
     if args.drift:
-        record = json.loads(out.read_text())
         per_run = []  # each run's largest difference, in the order of the runs
         for run in record["runs"]:
             row = replay_charlm(run["kind"], run["depth"], CHARLM_SETTINGS["log_every"], seed=run.get("seed", 0))[0]

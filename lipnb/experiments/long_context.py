@@ -34,7 +34,18 @@ import transformers
 from torch import Tensor
 
 from .. import __version__, data, models
-from ..arguments import check_choice, check_positive_int
+from ..arguments import (
+    check_bool,
+    check_choice,
+    check_index,
+    check_lengths,
+    check_positive_int,
+    check_record,
+    check_record_file,
+    check_sequence,
+    check_writable_dir,
+    command_line_int,
+)
 from ..core.lipschitz import local_lipschitz
 from ..models.quantization import BLOCK
 from ..results import cached_table
@@ -50,7 +61,7 @@ _RECORDS = (_RECORD, GPU_RECORD)
 LENGTHS = (512, 1024, 2048, 4096, 8192)
 _ALL_LAYERS = (512, 2048)           # lengths at which every layer is measured
 _LAYERS = (0, 14, 27, 29)           # first, middle, fastest-growing between n = 16 and 128 on Alice, last
-_DEEPEST = 8192                     # the longest length: FOCUS alone, one window per text
+_DEEPEST = 8192                     # the longest length (SmolLM2's context): FOCUS alone, one window per text
 FOCUS = 27
 _WINDOWS = 2                        # windows per text and length (one at _DEEPEST)
 _GRID = {n: ("all" if n in _ALL_LAYERS else [FOCUS] if n == _DEEPEST else list(_LAYERS)) for n in LENGTHS}
@@ -71,10 +82,13 @@ def agreement(first: dict, second: dict) -> pd.DataFrame:
     """The layer rows two records share (same text, length, window and layer: the same input), side by side:
     ``lip_a, lip_b, error_a, error_b`` and ``gap = |lip_a / lip_b - 1|``; under the Krylov premise (each value
     approximates the top singular value) two certified values of one norm differ by at most ``error_a + error_b``
-    (relative)."""
+    (relative). Two records that share no input are refused: they cannot agree or disagree."""
     keys = ["text", "n", "window", "layer"]
-    joined = long_context_layers(first)[[*keys, "lip", "error"]].merge(
-        long_context_layers(second)[[*keys, "lip", "error"]], on=keys, suffixes=("_a", "_b"))
+    joined = long_context_layers(check_record(first, "first", ("rows",)))[[*keys, "lip", "error"]].merge(
+        long_context_layers(check_record(second, "second", ("rows",)))[[*keys, "lip", "error"]], on=keys,
+        suffixes=("_a", "_b"))
+    if joined.empty:
+        raise ValueError("the two records share no input (text, length, window and layer): nothing to compare")
     return joined.assign(gap=(joined.lip_a / joined.lip_b - 1).abs())
 
 
@@ -93,6 +107,7 @@ def sink_terms(lengths: Sequence[int] = (512, 1024, 2048), text: str = "alice") 
     goes to the most attended token, ``max_j Σ_i P_ij / n``, and the largest token column of the Jacobian's value
     path (Lemma C.2's ``P ⊗ W_V`` term, whose column ``j`` has norm ``||P_:j||_2 ||W_V,h||_2``). Columns ``n, head,
     sink_share, sink_token, value_term``."""
+    lengths, text = check_lengths(lengths, minimum=2, maximum=_DEEPEST), check_choice(text, "text", data.DATASETS)
     params = {"lengths": list(lengths), "text": text, "layer": FOCUS}
 
     def compute() -> dict[str, list]:
@@ -143,11 +158,10 @@ def _measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, win
                  heads: bool | None = None, log: bool = False) -> tuple[list[dict], list[dict]]:
     """Every window of ``text`` at length ``n``: one row per window and layer (``_GRID[n]`` and ``_WINDOWS`` unless
     ``layers`` and ``windows`` say otherwise), and for ``FOCUS`` one row per window and head (``heads``; default
-    below ``_DEEPEST``); ``log`` prints each value. On the default device (the GPU when there is one)."""
-    if layers is None and n not in _GRID:
-        raise ValueError(f"n must be one of {LENGTHS} unless layers are given; got {n!r}")
-    check_positive_int(n, "n", minimum=2)
-    heads = n < _DEEPEST if heads is None else heads
+    below ``_DEEPEST``); ``log`` prints each value. On the default device (the GPU when there is one). Every argument
+    is checked before SmolLM2 is loaded."""
+    layers, windows, heads = _checked_request(text, n, layers, windows, heads)
+    check_bool(log, "log")
     model = models.load_shared(LONG_CONTEXT_MODEL)[0]
     ids = _windows(text, n, windows)
     chosen = _layers(n) if layers is None else list(layers)
@@ -176,6 +190,19 @@ def _measure_text(text: str, n: int, *, layers: Sequence[int] | None = None, win
     return rows, head_rows
 
 
+def _checked_request(text: str, n: int, layers: Sequence[int] | None, windows: int | None,
+                     heads: bool | None) -> tuple[list[int] | None, int | None, bool]:
+    """:func:`_measure_text`'s ``(layers, windows, heads)``, checked with ``text`` and ``n`` before SmolLM2 loads."""
+    check_choice(text, "text", data.DATASETS)
+    if layers is None and n not in _GRID:
+        raise ValueError(f"n must be one of {LENGTHS} unless layers are given; got {n!r}")
+    check_lengths([n], "n", minimum=2, maximum=_DEEPEST)
+    if layers is not None:   # _LAYERS ends with SmolLM2's last layer
+        layers = [check_index(i, "each of layers", _LAYERS[-1] + 1) for i in check_sequence(layers, "layers")]
+    windows = None if windows is None else check_positive_int(windows, "windows")
+    return layers, windows, n < _DEEPEST if heads is None else check_bool(heads, "heads")
+
+
 def _heads(model: torch.nn.Module, X: Tensor, text: str, n: int) -> list[dict]:
     rows = []
     f = models.attention_map(model, FOCUS, "mha")
@@ -196,13 +223,15 @@ def _peak_rss_gib() -> float:
 
 
 def long_context_layers(record: dict | None = None) -> pd.DataFrame:
-    """The record's layer rows as a table."""
-    return pd.DataFrame((record or long_context_record())["rows"])
+    """The record's layer rows as a table (``None``: the CPU record's; an empty record is refused, not replaced)."""
+    record = long_context_record() if record is None else check_record(record, "record", ("rows",))
+    return pd.DataFrame(check_sequence(record["rows"], "the record's rows"))
 
 
 def long_context_heads(record: dict | None = None) -> pd.DataFrame:
-    """The record's per-head rows (layer ``FOCUS``) as a table."""
-    return pd.DataFrame((record or long_context_record())["heads"])
+    """The record's per-head rows (layer ``FOCUS``) as a table (``None``: the CPU record's)."""
+    record = long_context_record() if record is None else check_record(record, "record", ("heads",))
+    return pd.DataFrame(check_sequence(record["heads"], "the record's heads"))
 
 
 def replay_long_context(text: str, n: int, layer: int, record: dict | None = None) -> pd.DataFrame:
@@ -230,6 +259,8 @@ def rounding_sensitivity(lengths: Sequence[int] = _ALL_LAYERS, draws: int = 3, t
     """``Lip_X`` of ``FOCUS`` on the first window of ``text`` with its projection weights as distributed and moved
     ``draws`` times by independent uniform noise within half a ``Q4_1`` step (:func:`_rounding_steps`): how much the
     4-bit rounding could move the long-context values. Columns ``n, draw`` (``-1``: as distributed), ``lip``."""
+    lengths, text = check_lengths(lengths, minimum=2, maximum=_DEEPEST), check_choice(text, "text", data.DATASETS)
+    draws = check_positive_int(draws, "draws", 0)
     params = {"lengths": list(lengths), "draws": draws, "text": text, "layer": FOCUS}
 
     def compute() -> dict[str, list]:
@@ -271,28 +302,41 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lipnb.experiments.long_context",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--text", choices=data.DATASETS, required=True)
-    parser.add_argument("--lengths", type=int, nargs="+", help="default LENGTHS (ALL_LAYERS with --rounding)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--layers", type=int, nargs="+", help="these layers at every length (default: GRID)")
-    parser.add_argument("--windows", type=int, help="windows per text and length (default: WINDOWS)")
+    parser.add_argument("--lengths", type=command_line_int(2), nargs="+",
+                        help="default LENGTHS (ALL_LAYERS with --rounding)")
+    parser.add_argument("--threads", type=command_line_int(1), default=2)
+    parser.add_argument("--layers", type=command_line_int(0), nargs="+",
+                        help="these layers at every length (default: GRID)")
+    parser.add_argument("--windows", type=command_line_int(1), help="windows per text and length (default: WINDOWS)")
     parser.add_argument("--heads", action="store_true", help="layer FOCUS's heads at every length")
     parser.add_argument("--record", type=Path, default=None, help="the record's path (default: record_path())")
     parser.add_argument("--rounding", action="store_true",
                         help="record rounding_sensitivity() and both texts' sink_terms() instead")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
     path = args.record or _record_path()
+    try:   # every argument and the record checked before SmolLM2 is loaded: a one-line error, exit status 2
+        if args.rounding or path.exists() or path.is_dir():
+            check_record_file(path, "--record", ("rows", "heads", "provenance"))
+        else:
+            check_writable_dir(path.parent, "--record")
+        lengths = check_lengths(args.lengths or (_ALL_LAYERS if args.rounding else LENGTHS), "--lengths", minimum=2,
+                                maximum=_DEEPEST)
+        if not args.rounding:
+            for n in lengths:
+                _checked_request(args.text, n, args.layers, args.windows, args.heads or None)
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    torch.set_num_threads(args.threads)
     if args.rounding:
         begun = time.perf_counter()
         record = json.loads(path.read_text())
-        lengths = args.lengths or _ALL_LAYERS
         record["rounding"] = rounding_sensitivity(lengths, text=args.text).to_dict("records")
         record["sinks"] = pd.concat([sink_terms(lengths, text=t).assign(text=t)
                                      for t in data.DATASETS]).to_dict("records")
         record["provenance"].append({"text": args.text, "n": "rounding", **_provenance(begun, args, argv)})
         write_record(path, record)
         return 0
-    for n in args.lengths or LENGTHS:
+    for n in lengths:
         begun = time.perf_counter()
         rows, heads = _measure_text(args.text, n, layers=args.layers, windows=args.windows,
                                    heads=True if args.heads else None, log=True)

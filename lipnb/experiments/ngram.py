@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..arguments import check_positive_int
+from ..arguments import check_ids, check_positive_int
 
 __all__ = ["kneser_ney_bits_per_char", "kneser_ney_probabilities", "kneser_ney_window_bits_per_char"]
 
@@ -61,14 +61,11 @@ def kneser_ney_probabilities(train: Tensor, query: Tensor, vocab: int, order: in
     recursion, and its first ``order - 1 - c`` columns are ignored."""
     order = check_positive_int(order, "order")
     vocab = check_positive_int(vocab, "vocab")
-    train, query = torch.as_tensor(train, dtype=torch.int64), torch.as_tensor(query, dtype=torch.int64)
+    train, query = check_ids(train, vocab, "train ids"), check_ids(query, vocab, "query ids")
     if train.ndim != 1 or len(train) < order:
         raise ValueError(f"train must be a 1-D sequence of at least order = {order} ids")
     if query.ndim != 2 or query.shape[1] != order:
         raise ValueError(f"query must be (M, order = {order}); got shape {tuple(query.shape)}")
-    for name, ids in (("train", train), ("query", query)):
-        if len(ids.flatten()) and not bool(((ids >= 0) & (ids < vocab)).all()):
-            raise ValueError(f"{name} ids must lie in [0, vocab = {vocab})")
     if context is None:
         context = torch.full((len(query),), order - 1, dtype=torch.int64)
     context = torch.as_tensor(context, dtype=torch.int64)
@@ -102,8 +99,8 @@ def kneser_ney_probabilities(train: Tensor, query: Tensor, vocab: int, order: in
 def kneser_ney_bits_per_char(train: Tensor, valid: Tensor, vocab: int, order: int) -> float:
     """The count-based baseline of Part III: validation bits/char of an interpolated Kneser-Ney ``order``-gram fitted
     on ``train``, over the positions of ``valid`` with ``order - 1`` characters before them (as the add-one one)."""
-    order = check_positive_int(order, "order")
-    valid = torch.as_tensor(valid, dtype=torch.int64)
+    order, vocab = check_positive_int(order, "order"), check_positive_int(vocab, "vocab")
+    valid = check_ids(valid, vocab, "valid ids")
     if valid.ndim != 1 or len(valid) < order:
         raise ValueError(f"valid must be a 1-D sequence of at least order = {order} ids")
     windows = torch.stack([valid[i:len(valid) - order + 1 + i] for i in range(order)], 1)

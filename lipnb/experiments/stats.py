@@ -13,7 +13,16 @@ import pandas as pd
 import torch
 from scipy import stats
 
-from ..arguments import check_choice, check_grouped_table, check_positive_int
+from ..arguments import (
+    as_paired_points,
+    as_points,
+    check_choice,
+    check_grouped_table,
+    check_level,
+    check_positive_int,
+    check_real,
+    check_seed,
+)
 
 if TYPE_CHECKING:
 
@@ -49,24 +58,11 @@ class LineFit:
 
 def _points(x: torch.Tensor, y: torch.Tensor, level: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``x`` and ``y`` as flat float64 tensors, checked: same length, at least two finite points, ``0 < level < 1``."""
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1); got {level}")
-    x, y = (_as_points(v, name) for v, name in ((x, "x"), (y, "y")))
-    if x.shape != y.shape or len(x) < 2:
-        raise ValueError(f"x and y must hold the same number (>= 2) of points; got {len(x)} and {len(y)}")
-    if not bool(torch.isfinite(x).all() & torch.isfinite(y).all()):
-        raise ValueError("x and y must be finite (a log of a zero or negative value?)")
+    check_level(level)
+    x, y = as_paired_points(x, y, minimum=2)
     if bool((x == x[0]).all()):
         raise ValueError("x must take at least two distinct values to fit a slope")
     return x, y
-
-
-def _as_points(values: object, name: str) -> torch.Tensor:
-    """``values`` as a flat float64 tensor; ``TypeError`` naming ``name`` when they are not numbers."""
-    try:
-        return torch.as_tensor(values, dtype=torch.float64).flatten()
-    except (TypeError, ValueError, RuntimeError):
-        raise TypeError(f"{name} must be numbers (a tensor or a list); got {type(values).__name__}") from None
 
 
 def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFit:
@@ -84,11 +80,12 @@ def fit_line(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95) -> LineFi
 def student_interval(values: torch.Tensor, *, level: float = 0.95) -> tuple[float, float, float]:
     """App. C.7: mean of independent replicates and its Student-t interval ``(mean, low, high)`` at ``level``."""
 
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1); got {level}")
-    v = torch.as_tensor(values, dtype=torch.float64).flatten().numpy()
-    if len(v) < 2 or not bool(torch.isfinite(torch.as_tensor(v)).all()):
+    level = check_level(level)
+    v = as_points(values, "values").numpy()
+    if len(v) < 2:
         raise ValueError(f"values must hold at least two finite replicates; got {v.tolist()}")
+    if bool((v == v[0]).all()):
+        return float(v[0]), float(v[0]), float(v[0])      # no spread: the interval is the point itself
     low, high = stats.t.interval(level, len(v) - 1, loc=v.mean(), scale=stats.sem(v))
     return float(v.mean()), float(low), float(high)
 
@@ -98,12 +95,16 @@ def bootstrap_slope(x: torch.Tensor, y: torch.Tensor, *, level: float = 0.95, re
     """Growth exponents (Sec. 5): least-squares slope of ``y`` on ``x`` and its percentile bootstrap interval.
 
     Points are resampled within each distinct ``x`` (each sequence length keeps its number of sequences),
-    so the interval reflects the spread between sequences. Returns ``(slope, low, high)``.
+    so the interval reflects the spread between sequences. Returns ``(slope, low, high)``. With one point per
+    distinct ``x`` there is no spread to resample: refused (:func:`fit_line` gives the Student interval).
     """
     x, y = _points(x, y, level)
     resamples = check_positive_int(resamples, "resamples")
-    g = torch.Generator().manual_seed(seed)
+    g = torch.Generator().manual_seed(check_seed(seed))
     groups = [torch.nonzero(x == v).flatten() for v in torch.unique(x)]
+    if all(len(idx) == 1 for idx in groups):
+        raise ValueError("x holds one point per distinct value: a bootstrap within lengths has no spread to resample "
+                         "(use fit_line's Student interval)")
     picks = torch.cat([idx[torch.randint(len(idx), (resamples, len(idx)), generator=g)] for idx in groups], 1)
     xs, ys = x[picks], y[picks]
     xc = xs - xs.mean(1, keepdim=True)
@@ -168,10 +169,7 @@ def lack_of_fit(x: torch.Tensor, y: torch.Tensor) -> LackOfFit:
 
 def local_slopes(n: Sequence[float], lip: Sequence[float]) -> torch.Tensor:
     """Slopes of ``log mean(lip)`` against ``log n`` between consecutive distinct lengths (a curve's local exponent)."""
-    x = torch.as_tensor(list(n), dtype=torch.float64)
-    y = torch.as_tensor(list(lip), dtype=torch.float64)
-    if x.shape != y.shape or not bool((x > 0).all() & (y > 0).all()):
-        raise ValueError("n and lip must have the same length and be positive")
+    x, y = as_paired_points(n, lip, ("n", "lip"), positive=True)
     levels, group = torch.unique(x, return_inverse=True)
     if len(levels) < 2:
         raise ValueError(f"need at least 2 distinct lengths; got {len(levels)}")
@@ -196,8 +194,9 @@ def power_law_break(n: Sequence[float], lip: Sequence[float], *, min_side: int =
     """
 
     min_side = check_positive_int(min_side, "min_side")
-    x = torch.as_tensor(list(n), dtype=torch.float64).log()
-    y = torch.as_tensor(list(lip), dtype=torch.float64).log()
+    alpha, min_jump, min_slope_change = (check_real(v, name) for v, name in (
+        (alpha, "alpha"), (min_jump, "min_jump"), (min_slope_change, "min_slope_change")))
+    x, y = (v.log() for v in as_paired_points(n, lip, ("n", "lip"), positive=True))
     levels = torch.unique(x)
     if len(levels) < 2 * min_side:
         raise ValueError(f"need at least {2 * min_side} distinct lengths; got {len(levels)}")
@@ -230,15 +229,18 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
                 resamples: int = 500, interval: str = "bootstrap") -> pd.DataFrame:
     """Sec. 5: ``y ≈ C x^α`` per group of ``by``: least-squares log-log slope ``α``, its interval,
     ``C = e^intercept``, :func:`lack_of_fit`'s ``lof_F`` and ``lof_p`` where lengths repeat (``nan`` otherwise), and
-    :func:`power_law_break`'s verdict where there are enough lengths.
+    :func:`power_law_break`'s verdict where there are enough lengths; an empty table gives an empty one.
 
     The interval, where lengths repeat: ``"bootstrap"`` (:func:`bootstrap_slope`, ``resamples`` resamples within each
     length) or ``"means"`` (:func:`mean_curve_slope`, Student on the per-length means, which widens with the
     curve's lack of fit; ``α`` is then the slope through the means). Where every length has one input: Student
     (:func:`fit_line`) either way."""
 
-    frame, by = check_grouped_table(table, by, (x, y))
+    frame, by = check_grouped_table(table, by, (x, y), allow_empty=True)
     check_choice(interval, "interval", ("bootstrap", "means"))
+    resamples = check_positive_int(resamples, "resamples")
+    if not len(frame):
+        return pd.DataFrame(columns=[*by, "alpha", "low", "high", "C", "lof_F", "lof_p"])
     rows = []
     for key, group in frame.groupby(list(by), sort=True):
         lx = torch.tensor(group[x].to_numpy(), dtype=torch.float64).log()
@@ -276,7 +278,12 @@ EXPONENT_MARGIN = 0.05
 def side(low: float, high: float, threshold: float = 0.5, margin: float = EXPONENT_MARGIN) -> str:
     """Where an interval ``[low, high]`` lies with respect to ``threshold`` (Sec. 5's exponents against 1/2):
     ``"above"``, ``"below"`` (each with ``", within the margin"`` when it clears ``threshold`` by less than
-    ``margin``, default :data:`EXPONENT_MARGIN`) or ``"contains it"``."""
+    ``margin``, default :data:`EXPONENT_MARGIN`) or ``"contains it"``; a NaN end (an interval that could not be
+    computed) is refused."""
+    low, high, threshold, margin = (check_real(v, name) for v, name in (
+        (low, "low"), (high, "high"), (threshold, "threshold"), (margin, "margin")))
+    if low > high or margin < 0:
+        raise ValueError(f"side needs low <= high and margin >= 0; got [{low}, {high}], margin {margin}")
     if low > threshold:
         return "above" + ("" if low - threshold >= margin else ", within the margin")
     if high < threshold:

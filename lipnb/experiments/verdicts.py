@@ -16,8 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-import torch
-
+from ..arguments import as_paired_points, check_real
 from .stats import student_interval
 
 __all__ = ["BOOK_CORRECTIONS", "CORRECTION_KINDS", "VERDICTS", "BookCorrection", "CorrectionKind", "Verdict",
@@ -148,24 +147,27 @@ def correction_subject(title: str) -> str:
 
 
 def interval_verdict(published: float, low: float, high: float) -> Verdict:
-    """``reproduced`` when ``low <= published <= high``, else ``differs``."""
+    """``reproduced`` when ``low <= published <= high``, else ``differs``; a NaN (an interval that could not be
+    computed) has no verdict and is refused."""
+    published, low, high = (check_real(v, name) for v, name in ((published, "published"), (low, "low"),
+                                                                  (high, "high")))
     if not low <= high:
         raise ValueError(f"interval_verdict: low {low} exceeds high {high}")
     return "reproduced" if low <= published <= high else "differs"
 
 
 def bound_verdict(bound: float, high: float) -> Verdict:
-    """A published upper bound (e.g. an exponent below 1/2): ``holds trivially`` when our interval lies below it."""
+    """A published upper bound (e.g. an exponent below 1/2): ``holds trivially`` when our interval lies below it;
+    a NaN end is refused."""
+    bound, high = check_real(bound, "bound"), check_real(high, "high")
     return "holds trivially" if high < bound else "differs"
 
 
 def drawn_constant(n: Sequence[float], lip: Sequence[float], exponent: float) -> tuple[float, float, float]:
     """The constant ``C`` of a curve ``C n^exponent`` through measured points: the geometric mean of
     ``lip / n^exponent`` and its 95% Student interval ``(C, low, high)``."""
-    x = torch.as_tensor(list(n), dtype=torch.float64)
-    y = torch.as_tensor(list(lip), dtype=torch.float64)
-    if x.shape != y.shape or len(x) < 2 or not bool((x > 0).all() and (y > 0).all()):
-        raise ValueError("drawn_constant: n and lip must be positive, of one length, at least two points")
+    x, y = as_paired_points(n, lip, ("n", "lip"), positive=True, minimum=2)
+    exponent = check_real(exponent, "exponent")
     centre, low, high = student_interval(y.log() - exponent * x.log())
     return math.exp(centre), math.exp(low), math.exp(high)
 
@@ -174,6 +176,7 @@ def drawn_verdict(constant: float, exponent: float, n: Sequence[float], lip: Seq
                   alpha_interval: tuple[float, float]) -> Verdict:
     """A drawn curve ``constant · n^exponent`` is reproduced when the points follow it: the interval of their
     fitted exponent (``alpha_interval``) contains ``exponent`` and :func:`drawn_constant` contains ``constant``."""
+    constant = check_real(constant, "constant")
     _, low, high = drawn_constant(n, lip, exponent)
     shape = interval_verdict(exponent, *alpha_interval)
     return "reproduced" if shape == "reproduced" and low <= constant <= high else "differs"

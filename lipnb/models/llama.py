@@ -21,7 +21,7 @@ import torch
 from torch import Tensor, nn
 from transformers import LlamaConfig, LlamaModel
 
-from ..arguments import check_bool, check_index
+from ..arguments import check_bool, check_index, check_input_dtype, check_positive_int, check_width
 from ..core.attention import causal_mask, check_tokens, mask_future
 from ..core.inputs import HeadSpectrum, head_spectra
 from ..core.linearization import ClosedForm
@@ -192,6 +192,7 @@ class RotaryAttentionMap:
         """Matrix-product FLOPs per input of length ``n`` (as :meth:`lipnb.core.jacobian.MultiHeadMap.flops`):
         with ``p = H k + 2 G k`` projection rows, the ``linearize`` forward pass ``2 n d p + 4 n² H k``, a product
         ``4 n d p + 16 n² H k`` (``"attention"``: its second term), plus ``2 n H k d_out`` per output block."""
+        n = check_positive_int(n, "n")
         k, d = self.head_dim, self.Wq.shape[1]
         H, p = self.Wq.shape[0] // k, self.Wq.shape[0] + 2 * self.Wk.shape[0]
         out = 0 if self.Wo is None else 2 * n * H * k * self.Wo.shape[0]
@@ -213,8 +214,8 @@ class RotaryAttentionMap:
     def _check_input(self, X: Tensor) -> None:
         """``ValueError`` unless ``X`` is a batch of tokens of the map's width (before any matrix product)."""
         check_tokens(X)
-        if X.shape[-1] != self.Wq.shape[1]:
-            raise ValueError(f"X has tokens of d = {X.shape[-1]} but the map expects d = {self.Wq.shape[1]}")
+        check_input_dtype(X, self.Wq.dtype)
+        check_width(X, self.Wq.shape[1], "the map")
 
     def __call__(self, X: Tensor) -> Tensor:
         self._check_input(X)

@@ -39,6 +39,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from ..arguments import check_device, check_seed
 from ..data import reachable
 from ..profiles import default_device
 from ..results import user_cache_dir
@@ -179,27 +180,23 @@ _LOADERS: dict[str, Callable[[], tuple[PreTrainedModel, PreTrainedTokenizerBase]
 
 
 def check_model_name(name: object) -> str:
-    """``name`` if it is one of ``MODEL_NAMES`` or ``"gpt2-random:SEED"``, else ``TypeError``/``ValueError``
-    listing the valid names (checked before a sweep loads anything)."""
+    """``name`` if it is one of ``MODEL_NAMES`` or ``"gpt2-random:SEED"`` (``SEED`` in ASCII digits, no leading zero,
+    below 2**64), else ``TypeError``/``ValueError`` listing the valid names (checked before a sweep loads anything)."""
     if not isinstance(name, str):
         raise TypeError(f"model name must be a string; got {type(name).__name__}")
+    if name in _LOADERS:
+        return name
     base, _, seed = name.partition(":")
-    if name not in _LOADERS and not (base == "gpt2-random" and seed.isdigit()):
-        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)} or 'gpt2-random:SEED'")
+    if base != "gpt2-random" or not re.fullmatch(r"0|[1-9][0-9]*", seed):
+        raise ValueError(f"unknown model {name!r}; valid names: {', '.join(MODEL_NAMES)} or 'gpt2-random:SEED' "
+                         "(SEED in the digits 0-9, no leading zero)")
+    check_seed(int(seed), f"the seed of {name!r}")
     return name
 
 
 def _device(device: object) -> torch.device:
-    """``device`` as a ``torch.device`` (``None``: :func:`lipnb.profiles.default_device`), present on this machine."""
-    if device is None:
-        return default_device()
-    if not isinstance(device, str | torch.device):
-        raise TypeError(f"device must be a string or a torch.device; got {type(device).__name__}")
-    try:
-        device = torch.device(device)
-    except RuntimeError:
-        raise ValueError(f"device {device!r} is not a device torch knows (e.g. 'cpu', 'cuda', 'cuda:0')") from None
-    return _available(device)
+    """``device`` as a ``torch.device`` (``None``: :func:`lipnb.profiles.default_device`), usable on this machine."""
+    return default_device() if device is None else check_device(device)
 
 
 def load(name: str, device: torch.device | str | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -226,12 +223,3 @@ def load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
 @lru_cache(maxsize=4)
 def _load_shared(name: str) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     return load(name)
-
-
-def _available(device: torch.device) -> torch.device:
-    """``device``, or ``ValueError`` naming it when this machine has no such device."""
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device} requested, but this machine has no CUDA GPU; use device='cpu' or None")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise ValueError(f"device {device} requested, but MPS is not available here; use device='cpu' or None")
-    return device

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 from transformers import BertModel, GPT2Model, LlamaModel
 
-from ..arguments import check_bool, check_index, check_sequence, check_token_ids, check_tokens
+from ..arguments import check_bool, check_index, check_input_dtype, check_sequence, check_token_ids, check_tokens
 from ..core.attention import MultiHead, causal_mask, single_head
 from ..core.jacobian import MultiHeadMap, concat_heads
 from ..core.linearization import Linearization
@@ -176,6 +176,7 @@ def _check_input(X: Tensor, model: nn.Module) -> None:
     _check_eval(model)
     check_tokens(X)
     p = next(model.parameters())
+    check_input_dtype(X, p.dtype)
     if X.dtype != p.dtype or X.device != p.device:
         raise ValueError(f"X is {X.dtype} on {X.device} but the model is {p.dtype} on {p.device}; "
                          "cast one to match (e.g. model.double() or X.to(p))")

@@ -37,7 +37,8 @@ LEDGER_KEY = "lipnb-ledger"
 
 def _array(name: str, value: object, claim: str, key: str = "") -> np.ndarray:
     """``value`` as a float array; NaN fails the claim (it cannot be assessed), an empty or non-numeric value
-    is refused."""
+    is refused, and so is an infinite threshold (every operand but ``"value"``: a bound, an end, a reference), which
+    leaves the margin relative to it undefined."""
     if hasattr(value, "detach"):
         value = value.detach().cpu().double().numpy()
     try:
@@ -49,6 +50,9 @@ def _array(name: str, value: object, claim: str, key: str = "") -> np.ndarray:
     if np.isnan(out).any():
         named = f" | check {key}" if key else ""
         raise AssertionError(f"check failed: FAILS: {claim} | {name} holds NaN | margin nan{named}")
+    if name != "value" and np.isinf(out).any():
+        raise ValueError(f"check: {name} is infinite, so the margin relative to it is undefined; state the claim "
+                         "with a finite threshold (e.g. in logarithms)")
     return out
 
 

@@ -166,7 +166,7 @@ MUTATIONS: dict[str, ChapterMutation] = {
         "self_attention", "estimate-converged"),
     "real_text_sweep: column sums of P taken over the wrong axis": M(
         real_text, "_bound_columns", ("P.sum(-2).flatten(1)", "P.sum(-1).flatten(1)"),
-        "sqrt_n_bound", "sink-exponent-above"),
+        "sqrt_n_real_text", "sink-exponent-above"),
 }
 
 test_mutation_fails_the_chapters_check = chapter_mutation_test(MUTATIONS)

@@ -377,7 +377,8 @@ def test_growth_fits_refuses_a_bad_grouping(by: object) -> None:
 
 
 def test_statistics_refuse_bad_inputs() -> None:
-    refused(lambda: stats.growth_fits(pd.DataFrame({"model": [], "n": [], "lip": []}), ["model"]), "table")
+    empty = stats.growth_fits(pd.DataFrame({"model": [], "n": [], "lip": []}), ["model"])   # empty in, empty out
+    assert empty.empty and list(empty.columns[:4]) == ["model", "alpha", "low", "high"]
     refused(lambda: stats.growth_fits(None, ["model"]), "table")
     refused(lambda: stats.fit_line(["a", "b"], ["c", "d"]), "x")
     x = torch.tensor([1.0, 2.0, 3.0])
