@@ -176,13 +176,13 @@ def _when(stamp: str) -> datetime:
 
 
 def recorded_run(nb: dict) -> tuple[float | None, int | None]:
-    """The seconds of ``nb``'s last recorded execution (the first code cell's start to the last one's reply, from
+    """The seconds of ``nb``'s last recorded execution (the earliest start of a code cell to the latest reply, from
     the cells' ``metadata.execution``) and the CPU cores its first cell printed; None for what was not stored."""
     code = [c for c in nb.get("cells", []) if c.get("cell_type") == "code"]
     times = [c.get("metadata", {}).get("execution", {}) for c in code]
-    seconds = None
-    if times and "iopub.execute_input" in times[0] and "shell.execute_reply" in times[-1]:
-        seconds = (_when(times[-1]["shell.execute_reply"]) - _when(times[0]["iopub.execute_input"])).total_seconds()
+    starts = [_when(t["iopub.execute_input"]) for t in times if "iopub.execute_input" in t]
+    replies = [_when(t["shell.execute_reply"]) for t in times if "shell.execute_reply" in t]
+    seconds = (max(replies) - min(starts)).total_seconds() if starts and replies else None
     cores = None
     if code:
         printed = "".join("".join(o.get("text", "")) for o in code[0].get("outputs", []) if o.get("name") == "stdout")
