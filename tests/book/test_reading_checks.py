@@ -16,7 +16,7 @@ def test_what_is_not_a_defect() -> None:
     assert kinds(f"the bound {MATH} holds for {CODE} at layer 0 and seed 1 runs",
                  "the interval [0.299, 0.320] and F(3, 45) = 2.5, so 0 = 0 exactly; see https://a.org/x_y.py",
                  "Kim et al. [2021] and Castin et al. [2024]; Lip_X and m_n and n_max are math",
-                 "Theorem 3.3 and Theorem 3.5, e.g. in Part 3, one holds trivially",
+                 "Theorem 3.3 and Theorem 3.5, e.g. in Part 3, one holds trivially; Chapter 10 of Golub",
                  f"by {LINK}Lemma 3.1{END} along the segment, and {LINK}Theorem 3.5{END} and Theorem 3.3") == []
 
 
