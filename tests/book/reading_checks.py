@@ -88,7 +88,7 @@ TEMPLATE_PLURAL = re.compile(r"\b[a-z]+\(s\)|\b[a-z]+\(es\)")
 CARET = re.compile(r"[\w)]\^[\w({+\-−]")
 TIMES = re.compile(r"\d\s+[x×]\s+(?!\d)[a-z]{2,}")
 # "chapter 22", "chapters 22/23"; not "Chapter 10 of Golub and Van Loan", another book's chapter
-CHAPTER_NUMBER = re.compile(r"\b[Cc]hapters?\s+(\d+(?:\s*(?:/|,|and|or|to|–|-)\s*\d+)*)(?!\s+of\b)")
+CHAPTER_NUMBER = re.compile(r"\b[Cc]hapters?\s+(\d+(?:\s*(?:/|,|and|or|to|–|-)\s*\d+)*)(?!\d|\s+of\b)")
 
 
 def book_chapter_numbers(root: Path) -> set[int]:
