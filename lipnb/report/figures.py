@@ -208,11 +208,19 @@ def _hit_points(xy: np.ndarray, box: Bbox, radius: float) -> bool:
                        & (xy[:, 1] + radius > box.y0) & (xy[:, 1] - radius < box.y1)))
 
 
+def _in_data(artist: Artist, ax: Axes) -> bool:
+    """Whether ``artist`` is placed in ``ax``'s data coordinates (a scatter by its offsets), not across the axes
+    (``axhline``, ``axvspan``: references, not data)."""
+    if artist.get_transform().contains_branch(ax.transData):
+        return True
+    return isinstance(artist, Collection) and artist.get_offset_transform().contains_branch(ax.transData)
+
+
 def _data_artists(ax: Axes) -> list[Artist]:
-    """What ``ax`` plots: lines in data coordinates (not a reference line across the axes, ``axhline``), markers,
-    collections (scatter, error bars, bands, meshes), images and patches (bars)."""
-    lines = [line for line in ax.lines if line.get_transform().contains_branch(ax.transData)]
-    return [a for a in (*lines, *ax.collections, *ax.images, *ax.patches) if a.get_visible() and a.get_alpha() != 0]
+    """What ``ax`` plots in its data coordinates: lines, markers, collections (scatter, error bars, bands, meshes),
+    images and patches (bars)."""
+    return [a for a in (*ax.lines, *ax.collections, *ax.images, *ax.patches)
+            if a.get_visible() and a.get_alpha() != 0 and _in_data(a, ax)]
 
 
 def _describe(artist: Artist) -> str:
