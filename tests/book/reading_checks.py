@@ -198,7 +198,7 @@ def layout_problems(metrics: dict, note: str | None, chapter: bool, long_ok: boo
     if first is not None and first > FIGURE_WITHIN_SCREENS * SCREEN_PX:
         found.append(f"first figure too late: it starts on screen {first // SCREEN_PX + 1} ({first} px), after "
                      f"the first {FIGURE_WITHIN_SCREENS}")
-    if chapter and not (note and re.search(r"ran in .+ s|ran in .+ min", note)):
+    if chapter and not (note and re.search(r"run took .+ (?:s|min) on ", note)):
         found.append("no Colab note with the chapter's run time in place of its first cell: "
                      + (repr(note) if note else "none (run `python _ext/colab_cell.py`)"))
     return found

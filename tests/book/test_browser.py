@@ -630,7 +630,7 @@ GOOD_PROSE = ("The corrected bound of Theorem 4.4 holds for the tokens <mjx-cont
 COLAB_CELL = ("<div class=\"cell_input\"><pre># Colab: installs this book's package there (nothing happens elsewhere)."
               "</pre></div>")
 COLAB_NOTE = ("<p class=\"colab-note\">Run it on Colab (the rocket button at the top): the first cell installs the "
-              "package; this chapter ran in about 45 s on a CPU with 2 cores when its outputs were last recorded.</p>")
+              "package; its last recorded run took about 45 s on a CPU with 2 cores.</p>")
 
 
 def _reading_problems_of(browser: CDP, page: str) -> list[str]:

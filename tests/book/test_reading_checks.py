@@ -43,7 +43,8 @@ def test_each_defect_is_named() -> None:
 
 
 def test_layout() -> None:
-    assert layout_problems({"height": 9600, "first_figure": 2400}, "… ran in about 45 s …", True) == []
+    note = "… its last recorded run took about 45 s on a CPU …"
+    assert layout_problems({"height": 9600, "first_figure": 2400}, note, True) == []
     long, late, none = layout_problems({"height": 9601, "first_figure": 2401}, None, True)
     assert long.startswith("page too long: 12.0 screens") and late.startswith("first figure too late: it starts "
                                                                              "on screen 4")
