@@ -184,7 +184,8 @@ def _all_texts(fig: Figure) -> list[Text]:
         texts += [ax.xaxis.label, ax.yaxis.label, ax.title, ax._left_title, ax._right_title, *ax.texts]
         if ax.get_legend():
             texts += [*ax.get_legend().get_texts(), ax.get_legend().get_title()]
-    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+    unique = {id(t): t for t in texts}  # the suptitle is also one of fig.texts
+    return [t for t in unique.values() if t.get_visible() and t.get_text().strip()]
 
 
 def _small_text(fig: Figure) -> list[str]:
