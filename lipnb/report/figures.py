@@ -263,20 +263,23 @@ def _covers(artist: Artist, box: Bbox, renderer) -> bool:
     return False
 
 
-def _data_under(ax: Axes, box: Bbox, renderer) -> str | None:
-    """What of ``ax``'s plotted data lies under ``box`` (display px), named; None when nothing does."""
+def _data_under(ax: Axes, box: Bbox, renderer, images: bool = True) -> str | None:
+    """What of ``ax``'s plotted data lies under ``box`` (display px), named; None when nothing does. With
+    ``images=False`` images and meshes do not count (a heat map's cells may carry their values)."""
     seen = Bbox.intersection(box, ax.get_window_extent(renderer))
     if seen is None or seen.width <= _OVERLAP_PX or seen.height <= _OVERLAP_PX:
         return None
     inner = Bbox.from_extents(seen.x0 + _OVERLAP_PX, seen.y0 + _OVERLAP_PX, seen.x1 - _OVERLAP_PX,
                               seen.y1 - _OVERLAP_PX)
-    return next((_describe(a) for a in _data_artists(ax) if _covers(a, inner, renderer)), None)
+    return next((_describe(a) for a in _data_artists(ax) if (images or not isinstance(a, (AxesImage, QuadMesh)))
+                 and _covers(a, inner, renderer)), None)
 
 
 def _over_data_defects(fig: Figure, renderer) -> list[str]:
-    """A legend, colour bar, inset or text drawn over plotted data: a legend (of an axes or the figure) or an
-    axes' own text (``ax.text``, ``annotate``) over the lines, points, bars or image of any axes; a colour bar or
-    an axes drawn over another axes' data (twins, which share their frame, are not)."""
+    """A legend, colour bar, inset or text drawn over plotted data: a legend (of an axes or the figure) over the
+    lines, points, bars, bands or image of any axes; an axes' own text (``ax.text``, ``annotate``) over its lines,
+    points, bars or bands (a heat map's cells may carry their values); a colour bar or an axes drawn over another
+    axes' data (twins, which share their frame, are not)."""
     defects = []
     panels = [(k, ax) for k, ax in enumerate(fig.axes) if ax.get_visible()]
     legends = [(f"the legend of {_name(k, ax)}", ax.get_legend()) for k, ax in panels if ax.get_legend()]
@@ -290,7 +293,7 @@ def _over_data_defects(fig: Figure, renderer) -> list[str]:
     for k, ax in panels:
         for text in ax.texts:
             box = _text_box(text, renderer)
-            hit = box is not None and _data_under(ax, box, renderer)
+            hit = box is not None and _data_under(ax, box, renderer, images=False)
             if hit:
                 defects.append(f"{_name(k, ax)}'s text {text.get_text()!r} is drawn over {hit}")
     for (i, a), (j, b) in ((x, y) for x in panels for y in panels if x[0] != y[0]):

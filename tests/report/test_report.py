@@ -347,6 +347,11 @@ def test_figure_defects_finds_text_over_data_and_text_cut_at_the_edge() -> None:
     ax.set_title("a short panel title", loc="left")
     ax.text(0.1, 0.8, "the diagonal")
     assert report.figure_defects(fig) == []
+    fig, ax = report.figure("A heat map with its values written on its cells")
+    ax.imshow(np.arange(6.0).reshape(2, 3), aspect="auto")
+    for (i, j), value in np.ndenumerate(np.arange(6).reshape(2, 3)):
+        ax.text(j, i, str(value), ha="center", va="center")
+    assert report.figure_defects(fig) == []
 
 
 def test_small_legend_text_is_a_defect_and_show_enlarges_it() -> None:
