@@ -40,30 +40,36 @@ CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md") if p.with_suffix(".ipy
 # chapter file name (book/<name>.md) -> the most loops its cells may hold. Only lower an entry (see above).
 LOOP_ALLOWANCE: dict[str, int] = {
     "adversarial": 17,
-    "audit": 24,
-    "certificate": 6,
-    "flow": 20,
+    "audit": 3,
+    "biases": 6,
+    "certificate": 4,
+    "flow": 15,
     "invertible": 1,
     "l2_attention": 13,
     "l2_tightness": 6,
     "language_models": 42,
     "large_radius": 8,
     "long_context": 15,
-    "masked": 20,
-    "mean_field": 9,
-    "multihead": 14,
+    "masked": 14,
+    "masked_mean_field": 8,
+    "mean_field": 2,
+    "mean_field_bound": 2,
+    "multihead": 2,
     "normalization": 11,
-    "performance": 20,
-    "real_text": 16,
+    "performance": 14,
+    "published_real_data": 9,
+    "random_start": 14,
+    "real_text": 8,
     "results_at_a_glance": 24,
     "self_attention": 10,
     "smollm2": 41,
     "sqrt_n_bound": 15,
     "theorems_at_a_glance": 2,
     "tightness": 20,
+    "two_diracs": 4,
     "two_papers": 1,
 }
-LOOP_TOTAL_AT_START = 355
+LOOP_TOTAL_AT_START = 331
 
 # Calls that format or hold values rather than compute them: a comprehension that calls only these is no sweep.
 FORMATTING = {

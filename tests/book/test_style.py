@@ -1,7 +1,8 @@
 """STYLE.md S5: every chapter ends with a summary and exercises, read from its MyST source.
 
 A chapter (``book/<name>.md`` with a paired notebook) has, as its last two ``##`` sections, ``## Summary`` with
-three to six bullets and ``## Exercises`` with two or three ``{exercise}`` blocks, each answered by a gated
+three to six bullets and ``## Exercises`` with two or three ``{exercise}`` (or gated ``{exercise-start}``) blocks,
+each answered by a gated
 solution (``{solution-start}`` ... ``{solution-end}``) folded with ``:class: dropdown``; its cells run and are
 checked like every other cell, and the ledger cell comes last (``test_book.py`` checks that). The pages at a glance
 are overviews, not chapters of one idea: they are exempt.
@@ -21,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md") if p.with_suffix(".ipynb").exists())
 OVERVIEWS = {"results_at_a_glance", "theorems_at_a_glance"}
 SUMMARY_PENDING = {
-    "adversarial", "audit", "certificate", "flow", "invertible", "l2_attention", "l2_tightness", "language_models",
-    "large_radius", "long_context", "masked", "mean_field", "multihead", "normalization", "performance", "real_text",
-    "self_attention", "smollm2", "sqrt_n_bound", "tightness", "two_papers",
+    "adversarial", "invertible", "l2_attention", "l2_tightness", "language_models", "large_radius", "long_context",
+    "normalization", "self_attention", "smollm2", "sqrt_n_bound", "tightness", "two_papers",
 }
 FENCE = r"^(?:`{3,}|:{3,})"
 
@@ -44,7 +44,7 @@ def summary_problems(text: str) -> list[str]:
     bullets = len(re.findall(r"^[-*] \S", summary, re.M))
     if not 3 <= bullets <= 6:
         problems.append(f"## Summary has {_counted(bullets, 'bullet')}, not three to six")
-    count = len(re.findall(FENCE + r"\{exercise\}", exercises, re.M))
+    count = len(re.findall(FENCE + r"\{exercise(?:-start)?\}", exercises, re.M))
     if not 2 <= count <= 3:
         problems.append(f"## Exercises has {_counted(count, 'exercise')}, not two or three")
     solutions = re.findall(FENCE + r"\{solution-start\}[^\n]*\n((?::\w[^\n]*\n)*)", exercises, re.M)
@@ -86,10 +86,11 @@ The answer.
 ```{solution-end}
 ```
 
-:::{exercise}
+:::{exercise-start}
 :label: ex-two
-
+:::
 Find an input that breaks a printed bound.
+:::{exercise-end}
 :::
 
 :::{solution-start} ex-two
@@ -110,7 +111,7 @@ def test_the_summary_check_finds_what_is_missing() -> None:
     assert summary_problems(GOOD.replace("- three\n", "")) == ["## Summary has 2 bullets, not three to six"]
     unfolded = GOOD.replace(":::{solution-start} ex-two\n:class: dropdown\n", ":::{solution-start} ex-two\n")
     assert summary_problems(unfolded) == ["one solution not folded (:class: dropdown)"]
-    one = GOOD[: GOOD.index(":::{exercise}")]
+    one = GOOD[: GOOD.index(":::{exercise-start}")]
     assert summary_problems(one) == ["## Exercises has one exercise, not two or three"]
 
 
