@@ -10,8 +10,8 @@ and printed outputs apart), in which a formula is U+E000 and a code span U+E001,
   (``per_length``, ``prof.per_length``, ``kind="head"``, ``ledger()``, a file path; an ASCII subscript such as
   ``Lip_X`` or ``m_n`` is math); reprs and hashes are also looked for in printed outputs;
 - **W4 doubled words**: "the the", a reference's word repeated around it ("The corrected Theorem 4.4,
-  corrected"), a word of a cross-reference's text among the two words beside it ("our LayerNorm version
-  [our LayerNorm absorption]", where the brackets are the reference);
+  corrected"), a word of a cross-reference's text among the two words before it or the three after it ("our
+  LayerNorm version [our LayerNorm absorption]", where the brackets are the reference);
 - **W3 templates**: zero written as "0" before a word ("0 values", "0 pass"), one with a plural ("1 values",
   "1 hold"), "hold(s)", an exponent written with a caret outside math ("e^x with x = 2006"), a spaced
   multiplication sign ("4.8 x faster"); carets are looked for outside table cells (a check's claim may
@@ -111,19 +111,21 @@ def _word_before(text: str, at: int) -> str:
 
 def _titles_repeated(text: str) -> Iterable[tuple[int, int, str]]:
     """Spans where a word of a cross-reference's text (marked by :data:`LINK` ... :data:`END`) is also one of the
-    two words before or after it, with no comma, colon, semicolon or full stop between: "our LayerNorm version
-    [our LayerNorm absorption]", "[Lemma C.5, precise form] in its precise form". Words of four letters or more
-    count, except the kinds of reference and stop words."""
+    two words just before it or the three just after it, with no comma, colon, semicolon or full stop between: "our
+    LayerNorm version [our LayerNorm absorption]", "[Lemma C.5, precise form] in its precise form". Only words of
+    four letters or more that are neither stop words nor kinds of reference count as repeated."""
     def words(span: str) -> list[str]:
-        return [w.lower() for w in re.findall(r"[A-Za-z][\w’'-]{3,}", span)
-                if w.lower() not in STOPWORDS and not re.fullmatch(REFERENCE_KINDS, w)]
+        return [w.lower() for w in re.findall(r"[A-Za-z][\w’'-]*", span)]
+
+    def counts(word: str) -> bool:
+        return len(word) >= 4 and word not in STOPWORDS and not re.fullmatch(REFERENCE_KINDS, word, re.I)
 
     plain = f"[{LINK}{END}]"
     for m in re.finditer(f"{LINK}([^{END}]*){END}", text):
         before = re.sub(plain, "", text[max(0, m.start() - 80): m.start()])
         after = re.sub(plain, "", text[m.end(): m.end() + 80])
-        near = {*words(re.split(r"[,;:.]", before)[-1])[-2:], *words(re.split(r"[,;:.]", after)[0])[:2]}
-        again = set(words(m[1])) & near
+        near = {*words(re.split(r"[,;:.]", before)[-1])[-2:], *words(re.split(r"[,;:.]", after)[0])[:3]}
+        again = {w for w in words(m[1]) if counts(w)} & near
         if again:
             yield m.start(), m.end(), sorted(again)[0]
 
