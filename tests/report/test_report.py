@@ -244,6 +244,7 @@ def test_show_refuses_a_legend_entry_with_nothing_drawn() -> None:
     fig, ax = report.figure("Invisible bars")
     ax.hist(np.linspace(-0.2, 0.6, 40), bins=20, label="visible")
     ax.hist(0.5 + np.linspace(0, 1e-7, 24), bins=20, label="invisible")
+    ax.set_ylim(0, 8)  # room above the bars for the legend, which may not cover them
     ax.legend()
     assert report.figure_defects(fig) == ["legend entry 'invisible' has nothing drawn inside its axes"]
     fig, ax = report.figure("A line outside the limits")
@@ -284,6 +285,72 @@ def test_figure_defects_finds_a_colour_bar_over_the_next_panel() -> None:
         ax.set_ylabel("layer")
     fig.colorbar(image, ax=axes, label="2γR²")
     fig.set_layout_engine("constrained")
+    assert report.figure_defects(fig) == []
+
+
+def test_figure_defects_finds_a_legend_over_a_curve() -> None:
+    """The large-radius figure before the fix: a legend drawn over the curve where it settles. Its box is tested
+    against the line's pixels, not the axes' box: the same legend in an empty corner passes."""
+    x = np.linspace(0.0, 1.0, 50)
+    fig, ax = report.figure("Where does the constant settle?")
+    ax.plot(x, x, label="rising")
+    ax.plot(x, 1 - x, "o", label="falling")
+    ax.legend(loc="center")
+    defects = report.figure_defects(fig)
+    assert defects and all(d.startswith("the legend of axes 0 is drawn over the ") for d in defects), defects
+    with pytest.raises(ValueError, match="the legend of axes 0 is drawn over the line 'rising'"):
+        report.show("fig-legend-over", fig)
+    fig, ax = report.figure("Where does the constant settle?")
+    ax.plot(x, x**4, label="rising")
+    ax.legend(loc="upper left")
+    assert report.figure_defects(fig) == []
+    fig, ax = report.figure("A heat map under its legend")
+    ax.imshow(np.arange(30.0).reshape(5, 6), aspect="auto", label="scores")
+    ax.plot([0, 5], [0, 4], label="a path")
+    ax.legend(loc="upper right")
+    assert any(d.startswith("the legend of axes 0 is drawn over the image") for d in report.figure_defects(fig))
+
+
+def test_figure_defects_finds_a_colour_bar_over_the_neighbouring_heat_map() -> None:
+    """The masked-attention Jacobian blocks before the fix: a colour bar drawn over the right edge of the heat map
+    beside it. With the colour bar beside both panels (``ax=axes``, constrained layout) nothing is over the data."""
+    fig, axes = report.figure("Jacobian blocks", ncols=2, width=4.5)
+    for ax in axes:
+        image = ax.imshow(np.arange(30.0).reshape(5, 6), aspect="auto")
+        ax.set_yticks([])
+    fig.tight_layout()
+    box = axes[0].get_position()
+    fig.colorbar(image, cax=fig.add_axes((box.x1 - 0.06, box.y0, 0.03, box.height)))
+    assert "colour bar 2 is drawn over the image of axes 0" in report.figure_defects(fig)
+    fig, axes = report.figure("Jacobian blocks", ncols=2, width=4.5)
+    for ax in axes:
+        image = ax.imshow(np.arange(30.0).reshape(5, 6), aspect="auto")
+    fig.colorbar(image, ax=axes)
+    fig.set_layout_engine("constrained")
+    assert report.figure_defects(fig) == []
+
+
+def test_figure_defects_finds_text_over_data_and_text_cut_at_the_edge() -> None:
+    """A title or axis label cut at the canvas edge (four figures before the fix), and an annotation written over
+    the curve it labels; the same text moved inside the canvas, or beside the curve, passes."""
+    x = np.linspace(0.0, 1.0, 50)
+    fig, ax = report.figure("Cut titles")
+    ax.plot(x, x)
+    ax.set_title("a panel title much too long for the canvas it is drawn on, so its end is cut off", loc="left")
+    ax.text(0.5, 0.5, "the diagonal")
+    defects = report.figure_defects(fig)
+    assert any(d.startswith("text 'a panel title much too long") and d.endswith("is cut at the canvas edge")
+               for d in defects), defects
+    assert "axes 0's text 'the diagonal' is drawn over the line" in defects, defects
+    fig, ax = report.figure("Whole titles")
+    ax.plot(x, x)
+    ax.set_title("a short panel title", loc="left")
+    ax.text(0.1, 0.8, "the diagonal")
+    assert report.figure_defects(fig) == []
+    fig, ax = report.figure("A heat map with its values written on its cells")
+    ax.imshow(np.arange(6.0).reshape(2, 3), aspect="auto")
+    for (i, j), value in np.ndenumerate(np.arange(6).reshape(2, 3)):
+        ax.text(j, i, str(value), ha="center", va="center")
     assert report.figure_defects(fig) == []
 
 

@@ -1,0 +1,52 @@
+"""The reading checks of tests/book/reading_checks.py on text alone (the browser test plants whole pages)."""
+
+from __future__ import annotations
+
+from reading_checks import CODE, END, LINK, MATH, kind_of, layout_problems, prose_problems
+
+CHAPTERS = set(range(1, 22))
+
+
+def kinds(*texts: str, where: str = "prose") -> list[str | None]:
+    return [kind_of(p) for p in prose_problems([(where, t) for t in texts], CHAPTERS)]
+
+
+def test_what_is_not_a_defect() -> None:
+    """Math, code spans, citations, URLs, intervals, indices, statistics, ASCII subscripts and words pass."""
+    assert kinds(f"the bound {MATH} holds for {CODE} at layer 0 and seed 1 runs",
+                 "the interval [0.299, 0.320] and F(3, 45) = 2.5, so 0 = 0 exactly; see https://a.org/x_y.py",
+                 "Kim et al. [2021] and Castin et al. [2024]; Lip_X and m_n and n_max are math",
+                 "Theorem 3.3 and Theorem 3.5, e.g. in Part 3, one holds trivially; Chapter 10 of Golub",
+                 f"by {LINK}Lemma 3.1{END} along the segment, and {LINK}Theorem 3.5{END} and Theorem 3.3") == []
+
+
+def test_one_problem_per_kind_and_block() -> None:
+    """A long repr is one problem, not one per item; two blocks are two."""
+    long = "[('dot', 1, 0), ('dot', 2, 0), ('dot', 4, 0)] = [('dot', 1, 0)] exactly"
+    assert kinds(long, where="cell") == ["Python repr in the text"]
+    assert kinds(long, long, where="cell") == ["Python repr in the text"] * 2
+
+
+def test_each_defect_is_named() -> None:
+    assert kinds("set prof.per_length", "the lof_p column", 'kind="head"', "call ledger()", "in gpt2_random/x.py:12") \
+        == ["code identifier in the text"] * 5
+    assert kinds("code version 9ee89d4", "git 23b0ba5+dirty") == ["commit hash in the text"] * 2
+    assert kinds("0 values are NaN", "1 values are", "the value(s)", "e^x with x = 2006", "4.8 x faster") == [
+        "zero written as 0", "one with a plural", "template plural", "exponent with a caret outside math",
+        "spaced multiplication sign"]
+    assert kinds("as chapter 22 shows", "as chapter 12 shows") == ["chapter cited by a file number",
+                                                                   "chapter cited by number"]
+    assert kinds(f"our LayerNorm version {LINK}our LayerNorm absorption{END}", "the the") == [
+        "reference title repeated", "doubled word"]
+    assert kinds("{'minilm': 3}", where="output") == ["Python repr in the text"]
+    assert kinds("prof.per_length", where="output") == []  # printed code is code
+
+
+def test_layout() -> None:
+    note = "… its last recorded run took about 45 s on a CPU …"
+    assert layout_problems({"height": 9600, "first_figure": 2400}, note, True) == []
+    long, late, none = layout_problems({"height": 9601, "first_figure": 2401}, None, True)
+    assert long.startswith("page too long: 12.0 screens") and late.startswith("first figure too late: it starts "
+                                                                             "on screen 4")
+    assert none.startswith("no Colab note")
+    assert layout_problems({"height": 20000, "first_figure": None}, None, False, long_ok=True) == []
