@@ -279,7 +279,7 @@ def local_lipschitz(
     presolve runs, the first input presolves alone from its random start and every other input starts from that
     vector plus its own random start of twice its weight (:mod:`lipnb.core.starts`): where the inputs' top
     directions are alike it saves products, and its chance of missing the top is at most 1.5 times the worst-case
-    (Chebyshev) bound of a random start (derived there); without a presolve it is ``"random"``.
+    bound of a random start (derived there); without a presolve it is ``"random"``.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")

@@ -8,15 +8,16 @@ of the batch and ``g`` this input's own random start, independent of ``w``; ``τ
 starts close to the top and saves Lanczos products; where they differ, or cross (another input's top direction
 is this input's second), the noise keeps this input's own top within reach.
 
-**What a mixed start costs in certainty** (derived in full in ``NOTES-mixed-start.md``, for the certificate
-chapter): a worst-case bound on the probability that Lanczos misses the top after ``k`` products can be proved by
-showing that a miss forces the start's component along the top eigenvector ``v₁`` to be small,
-``|⟨u, v₁⟩| ≤ t ‖u‖`` (a Chebyshev polynomial gives ``t``), and bounding that event's probability ``F(t)`` for a
-start uniform on the sphere. For the mixed start, ``‖u‖ ≤ 1 + τ`` and ``⟨u, v₁⟩ = ⟨w, v₁⟩ + τ ⟨g, v₁⟩``; the density of
-``⟨g, v₁⟩`` is symmetric and non-increasing in ``|x|`` (``N ≥ 3``), so a shift by ``⟨w, v₁⟩`` only lowers the
-mass of a centred interval (Anderson), and ``F`` is concave with ``F(0) = 0``. Hence
-``P(|⟨u, v₁⟩| ≤ t ‖u‖) ≤ F((1 + τ) t / τ) ≤ (1 + τ)/τ · F(t)``: every bound proved that way holds for the mixed
-start multiplied by ``(1 + τ)/τ`` (1.5 at ``τ = 2``), whatever ``w`` is, as long as ``g`` is independent of it.
+**What a mixed start costs in certainty** (derived in full in ``NOTES-mixed-start.md``, for the chapter *A
+probability instead of a premise*): that chapter's worst-case bounds on the probability that Lanczos or the power
+iteration misses the top after ``k`` products (:mod:`lipnb.experiments.random_start`, and the forms
+:func:`lipnb.core.krylov.failure_epsilon` uses) are proved by showing that a miss forces the start's component along
+the top eigenvector ``v₁`` to be small, ``|⟨u, v₁⟩| ≤ t ‖u‖``, and bounding that event's probability ``F(t)`` for a
+start uniform on the sphere. For the mixed start, ``‖u‖ ≤ 1 + τ`` and ``⟨u, v₁⟩ = ⟨w, v₁⟩ + τ ⟨g, v₁⟩``; the
+density of ``⟨g, v₁⟩`` is symmetric and non-increasing in ``|x|`` (``N ≥ 3``), so a shift by ``⟨w, v₁⟩`` only
+lowers the mass of a centred interval (Anderson), and ``F`` is concave with ``F(0) = 0``. Hence
+``P(|⟨u, v₁⟩| ≤ t ‖u‖) ≤ F((1 + τ) t / τ) ≤ (1 + τ)/τ · F(t)``: those bounds hold for the mixed start multiplied
+by ``(1 + τ)/τ`` (1.5 at ``τ = 2``), whatever ``w`` is, as long as ``g`` is independent of it.
 """
 
 from __future__ import annotations

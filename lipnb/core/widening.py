@@ -32,7 +32,7 @@ Map = Callable[[Tensor], Tensor]
 SCATTER_ULPS = 4
 
 
-class NotPromotable(RuntimeError):
+class _NotPromotable(RuntimeError):
     """``fn`` writes into a float32 tensor in place: its float64 evaluation cannot be made by casting."""
 
 
@@ -48,7 +48,7 @@ _IN_PLACE = {"__setitem__", *(f"__i{op}__" for op in ("add", "sub", "mul", "true
 
 class _Float64(TorchFunctionMode):
     """Every torch function runs on float64 copies of its float32 tensors (and ``float32`` dtypes read as float64);
-    an in-place write into a float32 tensor, or an ``out=`` of one, raises :class:`NotPromotable`."""
+    an in-place write into a float32 tensor, or an ``out=`` of one, raises :class:`_NotPromotable`."""
 
     def __torch_function__(self, func: Callable, types: object, args: tuple = (),
                            kwargs: dict | None = None) -> Any:
@@ -59,7 +59,7 @@ class _Float64(TorchFunctionMode):
         target = kwargs.get("out", args[0] if args else None)
         in_place = (name.endswith("_") and not name.endswith("__")) or name in _IN_PLACE or "out" in kwargs
         if in_place and isinstance(target, Tensor) and target.dtype == torch.float32:
-            raise NotPromotable(f"fn writes into a float32 tensor in place ({name})")
+            raise _NotPromotable(f"fn writes into a float32 tensor in place ({name})")
         if func is Tensor.float:
             func = Tensor.double
         return func(*tree_map(_wide, args), **tree_map(_wide, kwargs))
