@@ -26,9 +26,15 @@ public API only:
                float64 product, the certificate rests on a premise about float32 rounding instead. Not a call to
                make; its time against ``default``'s is what the sound certificate costs.
 
+Beside them, in the same run and interleaved with them, ``peers``: what a user would call instead
+(``bench/peers.py``), SciPy's ``svds`` (ARPACK) and ``lobpcg`` on a ``LinearOperator`` whose products are
+``torch.func.jvp``/``vjp`` of the module, one input at a time, each checked against the reference.
+
 Each row also gets ``default_call``: the default call's CPU-time ratio against the paper's loop as published,
-against the oracle-stopped loop, the one that counts (the oracle-stopped loop where the published one ends more
-than 1e-4 from the reference), and the share of the default call's CPU time spent in ``JᵀJ`` products.
+against the oracle-stopped loop (the ratio at equal accuracy: that loop stops at its first step within 1e-4 of the
+reference), the one that counts (the oracle-stopped loop where the published one ends more than 1e-4 from the
+reference), against each peer (``cpu_vs_peers``, with their largest errors), and the share of the default call's
+CPU time spent in ``JᵀJ`` products.
 
 Timing: as a process runs one call after another, the freed memory kept by the allocator (no ``malloc_trim``
 before a timed call); each lipnb call is also timed ``cold``, right after ``malloc_trim`` has returned the freed
@@ -44,7 +50,7 @@ and CPU. Product cost: one batched ``JᵀJ`` product against one forward pass of
 Usage::
 
     python bench/workloads.py                      # both workloads on MiniLM, about 2 min on a quiet 2-core CPU
-    python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3   # the record (about 15 min)
+    python bench/workloads.py --models minilm:2 gpt2-random:6 smollm2:3   # the record (about 30 min)
     python bench/workloads.py --models smollm2:3 --workloads chapter-10 --out /tmp/one-thread.json
 
 Writes ``lipnb.experiments.benchmark.record_path("lipschitz-cpu-workloads")`` (``--out`` to change).
@@ -80,6 +86,9 @@ ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("bench_lipschitz", Path(__file__).with_name("lipschitz.py"))
 core = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(core)
+_spec = importlib.util.spec_from_file_location("bench_peers", Path(__file__).with_name("peers.py"))
+peers = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(peers)
 
 CALLS: dict[str, dict] = {"default": {}, "tol-1e-4": {"tol": 1e-4}, "rtol-1e-4": {"rtol": 1e-4},
                           "float32-premise": {}}
@@ -207,7 +216,8 @@ def ratios(paper: dict, ours: dict, ranges: bool = True) -> dict[str, float | li
     return out
 
 
-def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, log: Callable[[str], None]) -> list[dict]:
+def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, log: Callable[[str], None],
+          with_peers: bool = True) -> list[dict]:
     name, layer = spec.split(":")
     layer = int(layer)
     model, tokenizer = models.load(name, device="cpu")
@@ -224,7 +234,7 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
     rows = []
     for workload, threads in workloads.items():
         torch.set_num_threads(threads)
-        methods = [*benchmark.PAPER_BASELINES, *CALLS]
+        methods = [*benchmark.PAPER_BASELINES, *CALLS, *(peers.PEERS if with_peers else ())]
         times: dict[str, dict[str, list]] = {m: {"wall": [], "cpu": [], "cold_wall": [], "cold_cpu": []}
                                              for m in methods}
         values: dict[str, list[float]] = {}
@@ -235,6 +245,8 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                     job = lambda: core.run_paper(module, X)                   # noqa: E731
                 elif method == "paper-oracle":
                     job = lambda: core.run_paper(module, X, ref["values"], ORACLE_MAX_ITER)   # noqa: E731
+                elif method in peers.PEERS:
+                    job = lambda method=method: peers.run_peer(method, module, X)     # noqa: E731
                 else:
                     job = lambda method=method: core.run_lipnb(call_map(method, f), X,  # noqa: E731
                                                                **CALLS[method])
@@ -246,16 +258,17 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                     times[method]["cold_wall"].append(wall)
                     times[method]["cold_cpu"].append(cpu)
                 values[method] = result["values"]
-                if method in benchmark.PAPER_BASELINES:
+                if method not in CALLS:
                     paper_runs[method] = result
         row = {"workload": workload, "threads": threads, "model": name, "layer": layer, "n": n, "batch": B,
-               "d": int(X.shape[-1]), "reference": ref["values"], "cost": product_cost(f, module, X), "methods": {}}
+               "d": int(X.shape[-1]), "reference": ref["values"], "cost": product_cost(f, module, X), "methods": {},
+               "peers": {}}
         for method in methods:
             errors = benchmark.relative_errors(values[method], ref["values"])
             entry = {"wall_s": times[method]["wall"], "cpu_s": times[method]["cpu"],
                      "wall": summary(times[method]["wall"]), "cpu": summary(times[method]["cpu"]),
                      "max_rel_error": max(errors), "values": values[method]}
-            if method in benchmark.PAPER_BASELINES:
+            if method not in CALLS:
                 entry |= {"mean_iterations": sum(paper_runs[method]["iterations"]) / B,
                           "converged": sum(paper_runs[method]["converged"])}
             else:
@@ -267,7 +280,7 @@ def bench(spec: str, workloads: dict[str, int], n: int, B: int, repeats: int, lo
                           "mean_presolve_iterations": float(detail.presolve_iterations.double().mean()),
                           "converged": int(detail.converged.sum()), "max_error_bound": float(detail.error.max()),
                           "split": Split().run(call_map(method, f), X, CALLS[method])}
-            row["methods"][method] = entry
+            row["peers" if method in peers.PEERS else "methods"][method] = entry
         paper, oracle = row["methods"]["paper"], row["methods"]["paper-oracle"]
         calls = {m: row["methods"][m] for m in CALLS}
         row["speedup"] = {m: ratios(paper, v) for m, v in calls.items()}
@@ -285,9 +298,12 @@ def default_call(row: dict) -> dict[str, float | str]:
     published, oracle = row["speedup"]["default"]["cpu"], row["speedup_oracle"]["default"]["cpu"]
     off = row["methods"]["paper"]["max_rel_error"]
     split = row["methods"]["default"]["split"]
+    ours = row["methods"]["default"]["cpu"]["median"]
     return {"cpu_vs_paper": published, "cpu_vs_oracle": oracle, "paper_max_rel_error": off,
             "baseline": "paper" if off <= 1e-4 else "paper-oracle", "cpu_ratio": published if off <= 1e-4 else oracle,
-            "products_cpu_share": split["products_cpu_s"] / split["cpu_s"]}
+            "products_cpu_share": split["products_cpu_s"] / split["cpu_s"],
+            "cpu_vs_peers": {m: v["cpu"]["median"] / ours for m, v in row["peers"].items()},
+            "peers_max_rel_error": {m: v["max_rel_error"] for m, v in row["peers"].items()}}
 
 
 def log_row(row: dict, log: Callable[[str], None]) -> None:
@@ -310,10 +326,18 @@ def log_row(row: dict, log: Callable[[str], None]) -> None:
                      f"linearize {s['linearize_cpu_s'] / s['cpu_s']:.0%} "
                      f"products {s['products_cpu_s'] / s['cpu_s']:.0%} solver {s['solver_cpu_s'] / s['cpu_s']:.0%}")
         log(line)
+    for method, v in row["peers"].items():
+        log(f"  {method:10} wall {v['wall']['median']:6.2f} s [{v['wall']['min']:.2f}-{v['wall']['max']:.2f}]  "
+            f"cpu {v['cpu']['median']:6.2f} s [{v['cpu']['min']:.2f}-{v['cpu']['max']:.2f}]  "
+            f"steps {v['mean_iterations']:5.2f}  max err {v['max_rel_error']:.1e} "
+            f"(conv {v['converged']}/{row['batch']})")
     d = row["default_call"]
+    peer_ratios = ", ".join(f"{m} {r:.1f}x (max err {d['peers_max_rel_error'][m]:.0e})"
+                            for m, r in d["cpu_vs_peers"].items())
     log(f"  default call: {d['cpu_ratio']:.1f}x the {d['baseline']} loop in CPU time (published loop "
-        f"{d['cpu_vs_paper']:.1f}x, oracle-stopped {d['cpu_vs_oracle']:.1f}x); products {d['products_cpu_share']:.0%}"
-        " of its CPU time")
+        f"{d['cpu_vs_paper']:.1f}x, at equal accuracy (the loop stopped within 1e-4 of the reference) "
+        f"{d['cpu_vs_oracle']:.1f}x{'; ' + peer_ratios if peer_ratios else ''}); products "
+        f"{d['products_cpu_share']:.0%} of its CPU time")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="run only these workloads, on every model (default: both on the first model, the "
                              "issue's on the others)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-peers", action="store_true", help="skip SciPy's svds and lobpcg (bench/peers.py)")
     args = parser.parse_args(argv)
     os.environ.setdefault("LIPNB_DATA_DIR", str(ROOT.parent / "shared" / "data"))
     out = args.out or benchmark.record_path("lipschitz-cpu-workloads")
@@ -340,8 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, spec in enumerate(args.models):
         chosen = {w: WORKLOADS[w] for w in args.workloads} if args.workloads else \
             WORKLOADS if i == 0 else {"issue-23": WORKLOADS["issue-23"]}
-        rows += bench(spec, chosen, args.n, args.batch,
-                      args.repeats, log)
+        rows += bench(spec, chosen, args.n, args.batch, args.repeats, log, with_peers=not args.no_peers)
     record = {
         "schema": 1,
         "benchmark": "local Lipschitz constants on two workloads: the paper's loop vs lipnb.local_lipschitz calls",

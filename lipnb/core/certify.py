@@ -3,12 +3,13 @@
 :func:`lipnb.local_lipschitz` runs a solver of :mod:`lipnb.core.krylov` in the linearization's dtype, then
 :func:`certify` recomputes the Rayleigh quotient and residual of the returned vectors (with one float64 product
 for a float32 run), :func:`passes` applies the stopping test to those numbers, and :func:`repair_misses` runs again
-in full precision the inputs of a relaxed run (low-precision products) whose certificate misses the test.
+in full precision the inputs of a relaxed run (low-precision products) whose certificate misses the test. A float32
+map with no float64 evaluation is certified by :func:`float32_certificate`, under a premise on float32's rounding.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -16,28 +17,31 @@ from torch import Tensor
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, norms, value_error
 from .linearization import Linearized
 
-__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "certify", "passes", "repair_misses", "returned_error",
-           "solver_targets"]
+__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "PROBE_FACTOR", "Float64At", "certify", "float32_certificate", "passes",
+           "repair_misses", "returned_error", "solver_targets"]
 
 # ``fn``'s float64 linearization at some inputs of a chunk (their positions, a long tensor).
 Float64At = Callable[[Tensor], Linearized]
 
-# A float32 map that cannot run in float64 is certified at float32's level: its products are taken to be exact
-# to this many units in the last place of θ (a premise, stated in local_lipschitz).
+# The rounding of a float32 Rayleigh quotient and residual (relative to θ), added to a float32 certificate; and the
+# solvers' float32 targets are lowered by it, so that a recomputed certificate still meets them.
 FLOAT32_ULPS = 64
+# A float32 map with no float64 evaluation: float32's rounding of the product at the returned vector is taken to be
+# at most this many times what the two float32 probes of float32_certificate show (the premise it states).
+PROBE_FACTOR = 16
 # Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
 FLOAT64_ULPS = 64
 
 
 def certify(outcome: KrylovOutcome, normal: NormalOperator, float64: Float64At | None, dtype: torch.dtype,
             size: int) -> tuple[Tensor, Tensor, Tensor]:
-    """``(θ, residual, error)`` of the returned vectors, in scaled units: recomputed with one float64 product for a
-    float32 run when ``float64`` is given (``size`` inputs at a time, each group linearized in float64 just before
-    its product), else the solver's own (a float32-only map's ``error`` gains ``FLOAT32_ULPS`` units in the last
-    place of float32)."""
-    if dtype == torch.float64 or float64 is None:
-        rounding = (FLOAT64_ULPS if dtype == torch.float64 else FLOAT32_ULPS) * torch.finfo(dtype).eps
-        return outcome.theta, outcome.residual, outcome.error + rounding
+    """``(θ, residual, error)`` of the returned vectors, in scaled units: for a float32 run recomputed with one
+    float64 product (``float64``: ``size`` inputs at a time, each group linearized in float64 just before its
+    product); for a float64 run the solver's own, with ``FLOAT64_ULPS`` units for their rounding."""
+    if dtype == torch.float64:
+        return outcome.theta, outcome.residual, outcome.error + FLOAT64_ULPS * torch.finfo(dtype).eps
+    if float64 is None:
+        raise ValueError("a float32 run is certified with a float64 product (or by float32_certificate)")
     u = normalize(outcome.vector.double())
     theta, absolute = torch.empty(2, len(u), dtype=torch.float64, device=u.device)
     positions = torch.arange(len(u), device=u.device)
@@ -48,6 +52,37 @@ def certify(outcome: KrylovOutcome, normal: NormalOperator, float64: Float64At |
         absolute[rows] = norms(Mu - theta[rows].view(-1, *([1] * (u.dim() - 1))) * u[rows])
     error = value_error(theta, absolute, FLOAT64_ULPS * torch.finfo(torch.float64).eps)
     return theta, absolute / theta.clamp_min(torch.finfo(torch.float64).tiny), error
+
+
+def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearized,
+                        moved: Sequence[Linearized], seed: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(θ, residual, error)`` of the returned vectors of a float32 map that has no float64 evaluation, in scaled
+    units: the float32 product ``M u`` of ``lin`` (the chunk's linearization) recomputed, and two probes of
+    float32's rounding of it, both measured in float32: ``Δ_state = max ‖M' u - M u‖``, ``M'`` the product of each
+    of ``moved`` (the linearizations at the inputs moved by a few units in their last place, random signs: the
+    rounding of what a linearization stores, e.g. a saturated softmax, moves with them; two, as one such move can
+    leave that rounding as it was) and ``Δ_arith = ‖M(u + v) - M v -
+    M u‖`` for a random unit ``v`` (the products' own rounding: exact arithmetic is linear).
+
+    Premise (stated, tested on saturated attention against dense float64 truth, not proved): the float64
+    evaluation's product ``M₆₄ u`` differs from ``M u`` by at most ``PROBE_FACTOR · max(Δ_state, Δ_arith)``. Then
+    ``‖M₆₄ u - θ u‖ ≤ ‖M u - θ u‖ + PROBE_FACTOR · max(Δ_state, Δ_arith) = r`` and some eigenvalue of ``M₆₄`` lies
+    within ``r`` of ``θ``; ``error`` is :func:`value_error` of that ``r`` plus ``FLOAT32_ULPS`` units for the
+    arithmetic of ``θ`` and the norms. Where float32 cannot resolve the product (softmax saturated by large inputs)
+    the probes are large, and so is ``error``: the input is then not converged rather than wrong."""
+    u = outcome.vector
+    scale = normal.scale
+    product = NormalOperator(lin, 0.0, scale)
+    Mu = product(u)
+    theta = torch.linalg.vecdot(u.double().flatten(1), Mu.double().flatten(1))
+    residual = norms(Mu.double() - theta.view(-1, *([1] * (u.dim() - 1))) * u.double())
+    generator = torch.Generator(device=u.device).manual_seed(seed)
+    v = normalize(torch.randn(u.shape, generator=generator, device=u.device, dtype=u.dtype))
+    state = torch.stack([norms((NormalOperator(other, 0.0, scale)(u) - Mu).double()) for other in moved]).amax(0)
+    arith = norms((product(u + v) - product(v) - Mu).double())
+    bound = residual + PROBE_FACTOR * torch.maximum(state, arith)
+    error = value_error(theta, bound, FLOAT32_ULPS * torch.finfo(torch.float32).eps)
+    return theta, bound / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 
 
 def returned_error(error: Tensor, dtype: torch.dtype) -> Tensor:

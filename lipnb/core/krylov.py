@@ -26,6 +26,7 @@ __all__ = [
     "normalize",
     "norms",
     "power_iteration",
+    "upper_bound",
     "value_error",
 ]
 
@@ -178,6 +179,18 @@ def failure_epsilon(delta: float, N: int, k: Tensor | int, method: str = "lanczo
         log_keep = math.log(delta / (KW_POWER * math.sqrt(N))) / (k - 0.5).clamp_min(0.5)
         eps = 1 - log_keep.clamp_max(0).exp()
     return torch.where(k >= 1, eps, torch.ones_like(eps)).clamp(0, 1)
+
+
+def upper_bound(delta: float, N: int, outcome: KrylovOutcome, theta: Tensor, method: str,
+                dtype: torch.dtype) -> Tensor:
+    """``upper`` of :func:`lipnb.local_lipschitz` in scaled units, ``(B,)``: the largest of the certified and the
+    solver's Ritz values over ``1 - ε`` (:func:`failure_epsilon` after the products made), square-rooted, with 64
+    units of ``dtype`` for rounding; 0 where that Ritz value is 0 (a random start's product vanishes on a nonzero
+    Jacobian with probability zero); ``inf`` where too few products were made to claim anything."""
+    eps = failure_epsilon(delta, N, outcome.iterations, method)
+    top = torch.maximum(theta, outcome.theta)
+    upper = top.sqrt() / (1 - eps).sqrt() * (1 + 64 * torch.finfo(dtype).eps)
+    return torch.where(top > 0, upper, torch.zeros_like(upper))
 
 
 def interval_products(delta: float, N: int, eta: float) -> int:

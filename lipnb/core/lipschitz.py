@@ -20,18 +20,22 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from ..arguments import check_positive_int, check_tokens
+from ..arguments import check_bool, check_positive_int, check_seed, check_tokens
 from . import memory
-from .certify import Float64At, certify, passes, repair_misses, returned_error, solver_targets
-from .krylov import (
-    NormalOperator,
-    failure_epsilon,
-    lanczos,
-    normalize,
-    power_iteration,
+from .certify import (
+    Float64At,
+    certify,
+    float32_certificate,
+    passes,
+    repair_misses,
+    returned_error,
+    solver_targets,
 )
+from .krylov import NormalOperator, lanczos, normalize, power_iteration, upper_bound
 from .linearization import Linearizable, Linearization, Linearized, linearization_bytes, linearize
-from .map_checks import check_map, check_same_map, relative_change
+from .map_checks import check_map, check_same_map
+from .starts import PRESOLVE_MAX_ITER, presolved_starts, random_starts
+from .widening import float32_scatter, float64_candidates, nudged
 
 __all__ = ["LipschitzResult", "NotConvergedWarning", "local_lipschitz"]
 
@@ -73,7 +77,6 @@ class LipschitzResult:
     upper: Tensor | None = None
 
 
-PRESOLVE_TOL, PRESOLVE_MAX_ITER = 1e-3, 50
 # The smallest relative residual asked (tol, or 2 rtol) for which the refinement after a presolve makes its later
 # products in the presolve's dtype: their rounding, scaled by the small corrections they compute, stays below it.
 RELAXED_RESIDUAL = 1e-4
@@ -125,18 +128,18 @@ def _chunk_sizes(fn: Map, X: Tensor, vectors: int) -> tuple[int, int]:
     return chunk, max(1, min(chunk, CERTIFY_BYTES // max(state * 8 // X.element_size(), 1)))
 
 
-def _float64_map(fn: Map, x: Tensor) -> tuple[Map, Tensor] | None:
-    """The map that evaluates ``fn`` in float64 and its output at ``x.double()`` (one input), when ``fn`` runs in
-    float64 there (its output is float64), else ``None``. A map with a ``float64_map()`` method
-    (:class:`lipnb.models.LayerMap`) names the map to use; a closed form casts its parameters (exactly) to
-    float64; an autograd map is tried as is."""
-    wide = getattr(fn, "float64_map", None)
-    wide = wide() if callable(wide) else fn
-    try:
-        output = linearize(wide, x.double()).output
-    except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
-        return None
-    return (wide, output) if output.dtype == torch.float64 else None
+def _float64_map(fn: Map, x: Tensor) -> tuple[Map, Tensor, bool] | None:
+    """The map that evaluates ``fn`` in float64, its output at ``x.double()`` (one input) and whether lipnb made it
+    (:func:`lipnb.core.widening.promoted`): the first of :func:`lipnb.core.widening.float64_candidates` whose output
+    there is float64, else ``None``."""
+    for wide, made in float64_candidates(fn):
+        try:
+            output = linearize(wide, x.double()).output
+        except (RuntimeError, TypeError, ValueError):     # e.g. a module with float32 weights refuses float64 inputs
+            continue
+        if output.dtype == torch.float64:
+            return wide, output, made
+    return None
 
 
 def _float64_at(wide: Map, X: Tensor, output: Tensor, scatter: float) -> Float64At:
@@ -149,8 +152,46 @@ def _float64_at(wide: Map, X: Tensor, output: Tensor, scatter: float) -> Float64
     return at
 
 
+def _linearized(fn: Map, X: Tensor) -> Linearized:
+    """``fn``'s linearization at ``X``, refused where its products are too coarse to certify anything."""
+    lin = linearize(fn, X)
+    if lin.output.dtype not in CERTIFIED:
+        raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the residual "
+                        "test to certify convergence; run it in float32 or float64 (a low-precision first run is "
+                        "what presolve is for)")
+    return lin
+
+
+def _checked(fn: Map, X: Tensor) -> tuple[Linearized, tuple[Map, Tensor] | None, float]:
+    """The first chunk's linearization, ``fn``'s float64 evaluation (float32 runs; ``None`` where there is none)
+    and float32's scatter of ``fn``'s output, after checking that ``fn`` is deterministic and acts on each input
+    alone (:func:`lipnb.core.map_checks.check_map`; a closed form on its first input), that the linearization's
+    output is ``fn``'s and that the float64 evaluation's is too, up to rounding estimated from float32 alone
+    (:func:`lipnb.core.widening.float32_scatter`, never from the discrepancy being checked). A float64 evaluation
+    that lipnb made (:func:`lipnb.core.widening.promoted`) and that computes another map is dropped (the float32
+    certificate applies); one that ``fn`` itself computes, or names, is a ``ValueError``."""
+    closed = isinstance(fn, Linearizable)
+    Y = check_map(fn, X[:1] if closed else X, mixing=not closed)
+    lin = _linearized(fn, X)
+    if lin.output.dtype != torch.float32:
+        check_same_map(lin.output[:len(Y)], Y, "the linearization's output")
+        return lin, None, 0.0
+    scatter = float32_scatter(fn, X[:1], Y[:1])
+    check_same_map(lin.output[:len(Y)], Y, "the linearization's output", scatter)
+    wide = _float64_map(fn, X[:1])
+    if wide is not None:
+        try:
+            check_same_map(wide[1], Y[:1], "the float64 evaluation's output", scatter)
+        except ValueError:
+            if not wide[2]:
+                raise
+            wide = None
+    return lin, None if wide is None else wide[:2], scatter
+
+
 def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, confidence: object, method: str,
-                     start: str) -> None:
+                     start: str, detailed: object) -> int:
+    """Every argument of :func:`local_lipschitz` but ``fn``, ``X``, ``dtype`` and ``presolve``; returns ``seed``."""
     if method not in ("lanczos", "power"):
         raise ValueError(f"method must be 'lanczos' or 'power'; got {method!r}")
     for name, value in (("tol", tol), ("rtol", rtol), ("confidence", confidence)):
@@ -166,13 +207,14 @@ def _check_arguments(tol: object, rtol: object, max_iter: object, seed: object, 
     if confidence is not None and not 0 < confidence < 1:
         raise ValueError(f"confidence is a failure probability δ and must lie in (0, 1); got {confidence!r}")
     check_positive_int(max_iter, "max_iter")
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
-        raise TypeError(f"seed must be an int; got {type(seed).__name__}")
+    check_bool(detailed, "detailed")
     if start == "shared":
         raise ValueError("start='shared' was withdrawn: a start built from another input's top direction can converge"
-                         " to a lower singular value where a random start finds the top; use start='random'")
-    if start != "random":
-        raise ValueError(f"start must be 'random'; got {start!r}")
+                         " to a lower singular value where a random start finds the top; use start='mixed' (that "
+                         "direction plus random noise) or start='random'")
+    if start not in ("mixed", "random"):
+        raise ValueError(f"start must be 'random' or 'mixed'; got {start!r}")
+    return check_seed(seed)
 
 
 def local_lipschitz(
@@ -185,7 +227,7 @@ def local_lipschitz(
     max_iter: int = 200,
     dtype: torch.dtype | None = None,
     presolve: torch.dtype | Literal["auto"] | None = "auto",
-    start: Literal["random"] = "random",
+    start: Literal["mixed", "random"] = "mixed",
     seed: int = 0,
     detailed: bool = False,
     confidence: float | None = None,
@@ -206,15 +248,19 @@ def local_lipschitz(
     one, i.e. nothing above was missed); with ``tol`` once the relative residual ``||JᵀJu - θu|| / θ ≤ tol``;
     neither given means ``rtol=1e-4``; both is a ``ValueError``. ``max_iter`` caps the products. For a float32
     run the final residual and Rayleigh quotient are recomputed with one float64 product of ``fn``'s float64
-    linearization (when ``fn`` runs in float64), and ``converged`` is decided on them; a map whose output stays
-    float32 is certified at float32's level (premise: its products are exact to 64 units in float32's last
-    place). Returns the values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``; inputs that did not
-    converge raise a :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
+    linearization, and ``converged`` is decided on them: ``fn``'s float64 evaluation is the map a ``float64_map()``
+    method names, ``fn`` itself where it runs in float64, or, for an autograd map, ``fn`` with every float32 tensor
+    it uses cast to float64 (:func:`lipnb.core.widening.promoted`), each checked to compute ``fn``. A float32 map
+    with none (a closed form that refuses float64) is certified by
+    :func:`lipnb.core.certify.float32_certificate`, under its stated premise on float32's rounding. Returns the
+    values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``; inputs that did not converge raise a
+    :class:`NotConvergedWarning` unless ``detailed`` (then see ``converged``).
 
     ``confidence`` (a failure probability ``δ`` in (0, 1), off by default) adds ``upper`` to the result:
     ``value ≤ ||D_X f||_2 ≤ upper`` with probability at least ``1 - δ`` over the random start (Kuczyński &
     Woźniakowski, 1992; :func:`lipnb.core.krylov.failure_epsilon`). It needs the value to come from the Krylov space
-    of the random start, so it runs without presolve.
+    of the random start, so it runs without presolve, from random starts. A zero product from a random start
+    makes ``upper`` 0: a nonzero Jacobian vanishes on a random vector with probability zero.
 
     ``presolve``: a lower-precision dtype in which a first run of the solver computes the starting
     vectors (until its relative residual is below ``1e-3``, at most 50 products); the run in full precision
@@ -227,13 +273,18 @@ def local_lipschitz(
     so a poor start or a coarse product costs time, never accuracy. It needs a
     linearization with ``.to(dtype)`` (a closed-form one). ``"auto"`` (default) picks ``bfloat16`` for Lanczos
     in float32 on a device with native bfloat16 products (CUDA compute capability 8+, an x86 CPU with
-    AVX512-BF16 or AMX), and no presolve otherwise. ``start`` is ``"random"``: each input's own Gaussian vector
-    (seeded by ``seed``).
+    AVX512-BF16 or AMX), and no presolve otherwise.
+
+    ``start``: ``"random"``, each input's own Gaussian vector (seeded by ``seed``); ``"mixed"`` (default), where a
+    presolve runs, the first input presolves alone from its random start and every other input starts from that
+    vector plus its own random start of twice its weight (:mod:`lipnb.core.starts`): where the inputs' top
+    directions are alike it saves products, and its chance of missing the top is at most 1.5 times the worst-case
+    bound of a random start (derived there); without a presolve it is ``"random"``.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a callable map (B, n, d) -> (B, n', d'); got {type(fn).__name__}")
     check_tokens(X)
-    _check_arguments(tol, rtol, max_iter, seed, confidence, method, start)
+    seed = _check_arguments(tol, rtol, max_iter, seed, confidence, method, start, detailed)
     if tol is None and rtol is None:
         rtol = DEFAULT_RTOL
     if dtype is not None:
@@ -245,46 +296,27 @@ def local_lipschitz(
             or (isinstance(presolve, torch.dtype) and presolve.is_floating_point)):
         raise ValueError(f"presolve must be a floating dtype, 'auto' or None; got {presolve!r}")
     if confidence is not None:
-        presolve = None
+        presolve, start = None, "random"
     X = X.detach()
-    generator = torch.Generator(device=X.device).manual_seed(seed)
-    u0 = normalize(torch.randn(X.shape, generator=generator, device=X.device, dtype=X.dtype))
+    u0 = random_starts(X, seed)
     solver = lanczos if method == "lanczos" else power_iteration
     vectors = (min(max_iter, 64) if method == "lanczos" else 0) + 8
-    try:
-        chunk, wide_chunk = _chunk_sizes(fn, X, vectors)
-    except ValueError as error:
-        raise ValueError(f"fn depends on the batch it is given (it fails on the first input alone: {error}); "
-                         "local_lipschitz needs a map that acts on each input alone") from error
+    chunk, wide_chunk = _chunk_sizes(fn, X, vectors)
     parts: list[tuple[Tensor, ...]] = []
-    begin, checked, wide, scatter = 0, False, None, 0.0
+    begin, wide, scatter, top = 0, None, None, None
     while begin < len(X):
         stop = min(begin + chunk, len(X))
         try:
-            if not checked:     # a closed form acts on each input alone: its first input is enough to check
-                closed = isinstance(fn, Linearizable)
-                Y = check_map(fn, X[begin:begin + 1] if closed else X[begin:stop], mixing=not closed)
-            lin = linearize(fn, X[begin:stop])
-            if lin.output.dtype not in CERTIFIED:
-                raise TypeError(f"fn computes in {lin.output.dtype}: its Jacobian products are too coarse for the "
-                                "residual test to certify convergence; run it in float32 or float64 (a "
-                                "low-precision first run is what presolve is for)")
-            if not checked:
-                wide = _float64_map(fn, X[begin:begin + 1]) if lin.output.dtype == torch.float32 else None
-                rows = len(Y)
-                scatter = 0.0 if wide is None else relative_change(wide[1], lin.output[:1])
-                check_same_map(lin.output[:rows], Y, "the linearization's output", scatter)
-                if wide is not None:
-                    check_same_map(wide[1], Y[:1], "the float64 linearization's output", scatter)
-                checked, Y = True, None
+            if scatter is None:
+                lin, wide, scatter = _checked(fn, X[begin:stop])
+            else:
+                lin = _linearized(fn, X[begin:stop])
             float64 = None if wide is None else _float64_at(wide[0], X[begin:stop], lin.output, scatter)
             u, low = u0[begin:stop], _presolve_dtype(presolve, lin, method)
             lin_low = None if low is None else lin.to(low)
             if lin_low is not None:
-                first = solver(NormalOperator(lin_low, _shrink_ratio(lin)), u, PRESOLVE_TOL,
-                               min(max_iter, PRESOLVE_MAX_ITER))
-                u, presolved = first.vector, first.iterations
-                del first
+                u, presolved, top = presolved_starts(solver, lin_low, _shrink_ratio(lin), u, top,
+                                                     min(max_iter, PRESOLVE_MAX_ITER), start == "mixed")
             else:
                 presolved = torch.zeros(len(u), dtype=torch.long, device=u.device)
             # Relaxed refinement: only its first product in full precision, the float64 product certifies.
@@ -300,7 +332,12 @@ def local_lipschitz(
                 outcome.iterations = outcome.iterations.clamp_max(1)
             else:
                 outcome = solver(normal, u, target_tol, max_iter, target_rtol)
-            theta, residual, error = certify(outcome, normal, float64, lin.output.dtype, wide_chunk)
+            if lin.output.dtype == torch.float32 and float64 is None:
+                moved = [linearize(fn, nudged(X[begin:stop], seed=probe)) for probe in (2, 3)]
+                theta, residual, error = float32_certificate(outcome, normal, lin, moved, seed)
+                del moved
+            else:
+                theta, residual, error = certify(outcome, normal, float64, lin.output.dtype, wide_chunk)
             if relaxed:
                 theta, residual, error = repair_misses(outcome, normal, lin, float64, (theta, residual, error),
                                                         (tol, rtol, X.dtype), max_iter, wide_chunk)
@@ -317,9 +354,7 @@ def local_lipschitz(
         converged = outcome.converged & passes(theta, residual, error, tol, rtol)
         upper = None
         if confidence is not None:
-            eps = failure_epsilon(confidence, X[0].numel(), outcome.iterations, method)
-            top = torch.maximum(theta, outcome.theta)
-            upper = top.sqrt() / (1 - eps).sqrt() * (1 + 64 * torch.finfo(lin.output.dtype).eps) / normal.scale
+            upper = upper_bound(confidence, X[0].numel(), outcome, theta, method, lin.output.dtype) / normal.scale
         value = theta.clamp_min(0).sqrt() / normal.scale
         parts.append((value, outcome.iterations, converged, residual, outcome.vector, left, presolved, error, upper))
         lin = float64 = normal = None

@@ -18,11 +18,19 @@ Map = Callable[[Tensor], Tensor]
 
 
 def check_output(Y: object, X: Tensor) -> None:
-    """``ValueError`` unless ``fn(X)`` is a finite ``(B, n', d')`` tensor with the batch size of ``X``."""
-    if not isinstance(Y, Tensor) or Y.dim() != 3 or Y.shape[0] != X.shape[0]:
-        shape = tuple(Y.shape) if isinstance(Y, Tensor) else type(Y).__name__
-        raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]};"
-                         f" it returned {shape}")
+    """``ValueError`` unless ``fn(X)`` is a finite ``(B, n', d')`` tensor with the batch size of ``X``, naming what
+    it is instead: not a tensor (a module's tuple of outputs), of another rank, of another batch size (a map that
+    depends on the batch it is given), or not finite."""
+    if not isinstance(Y, Tensor):
+        raise ValueError(f"fn must map (B, n, d) to a (B, n', d') tensor; it returned a {type(Y).__name__} (a module's "
+                         "tuple of outputs? take the tensor meant, e.g. lambda X: module(X)[0])")
+    if Y.dim() != 3:
+        raise ValueError(f"fn must map (B, n, d) to a (B, n', d') tensor; it returned one of shape {tuple(Y.shape)} "
+                         f"({Y.dim()}-D) for X of shape {tuple(X.shape)}")
+    if Y.shape[0] != X.shape[0]:
+        raise ValueError(f"fn must map (B, n, d) to (B, n', d') with the same B = {X.shape[0]}; it returned "
+                         f"{tuple(Y.shape)}: it depends on the batch it is given (e.g. it closes over per-batch data), "
+                         "and local_lipschitz needs a map that acts on each input alone")
     if not all_finite(Y):
         raise ValueError("fn returned NaN or inf at X: its local Lipschitz constant is undefined there")
 

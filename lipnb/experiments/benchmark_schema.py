@@ -288,18 +288,22 @@ class ProductCost(_Json):
 
 @dataclass(frozen=True)
 class DefaultCallSummary(_Json):
-    """The default call's CPU-time speedups, the paper's largest error and the products' share of CPU time."""
+    """The default call's CPU-time speedups, the paper's largest error and the products' share of CPU time; where
+    recorded, its speedups over the peers a user would call instead (``bench/peers.py``) and their largest errors."""
     cpu_vs_paper: float
     cpu_vs_oracle: float
     paper_max_rel_error: float
     baseline: str
     cpu_ratio: float
     products_cpu_share: float
+    cpu_vs_peers: dict[str, float] | None = None
+    peers_max_rel_error: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
 class WorkloadRun(_Json):
-    """One workload of ``bench/workloads.py``: each call's result and its speedups over the paper's loops."""
+    """One workload of ``bench/workloads.py``: each call's result and its speedups over the paper's loops; where
+    recorded, the peers' results (SciPy's ``svds`` and ``lobpcg``, ``bench/peers.py``)."""
     workload: str
     threads: int
     model: str
@@ -314,6 +318,7 @@ class WorkloadRun(_Json):
     speedup_oracle: dict[str, Speedup]
     speedup_cold: dict[str, Speedup]
     default_call: DefaultCallSummary
+    peers: dict[str, CallResult] | None = None
 
 
 @dataclass(frozen=True)

@@ -250,9 +250,10 @@ def map_rounding(problem: Problem) -> Tensor:
 
 
 def starts() -> tuple[str, ...]:
-    """The starting vectors this ``local_lipschitz`` offers (its ``start`` annotation): ``"random"``, ``"shared"``."""
+    """The starting vectors this ``local_lipschitz`` offers (its ``start`` annotation): ``"random"``, ``"mixed"``
+    (the default where a presolve runs), ``"shared"`` (withdrawn)."""
     annotation = str(inspect.signature(local_lipschitz).parameters["start"].annotation)
-    return tuple(name for name in ("random", "shared") if name in annotation)
+    return tuple(name for name in ("random", "mixed", "shared") if name in annotation)
 
 
 def _run(problem: Problem, call: dict[str, object], seed: int, rounding: Tensor) -> dict[str, list]:

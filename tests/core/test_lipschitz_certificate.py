@@ -115,8 +115,9 @@ def test_float32_error_bounds_float64_truth_on_saturated_attention(scale: float,
 
 
 def test_float32_only_map_gets_a_float32_certificate() -> None:
-    """A map whose output stays float32 for float64 inputs is certified at float32's level (64 units in its last
-    place added to ``error``), and that certificate holds against the float64 truth of the same map."""
+    """A map whose output stays float32 for float64 inputs (a float32 closed form behind a cast) is certified by its
+    float64 evaluation, made by promotion (its float32 parameters cast): ``error``, the float64 residual at the
+    vector of a solve in float32, is at float32's level, and it holds against the float64 truth of the same map."""
     fn64, X = _attention_problem(0, 1.0)
     heads32 = MultiHeadMap(MultiHead(fn64.heads.A.float(), fn64.heads.V.float(), fn64.heads.W.float()))
 
