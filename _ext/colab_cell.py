@@ -49,8 +49,8 @@ if "google.colab" in sys.modules and importlib.util.find_spec("lipnb") is None:
 import lipnb
 
 PROFILE = "quick"  # "paper": the paper's models and grids (internet, a GPU)
-lipnb.profiles.set_profile(PROFILE)
-device = lipnb.profiles.default_device()
+lipnb.set_profile(PROFILE)
+device = lipnb.default_device()
 print("profile:", PROFILE, "| device:", device, "| CPU cores:", os.cpu_count())'''
 SMOLLM2 = '''
     # SmolLM2's weights, without dependencies that would replace PyTorch

@@ -173,7 +173,8 @@ class ResultTable:
         # Parsed from the bytes just verified, not from the file again (which a concurrent writer may have replaced).
         dtypes = {**{column: "float64" for column in floats}, **{column: str for column in labels}}
         frame = pd.read_csv(io.BytesIO(data), dtype=dtypes, keep_default_na=False,
-                            na_values={column: [""] for column in columns if column not in labels})
+                            na_values={column: [""] for column in columns if column not in labels},
+                            skip_blank_lines=False)
         if list(frame.columns) != columns:
             raise ValueError(f"{path.name} has the columns {list(frame.columns)}; its provenance says {columns}")
         if len(frame) != rows:

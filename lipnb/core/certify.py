@@ -17,7 +17,7 @@ from torch import Tensor
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, norms, value_error
 from .linearization import Linearized
 
-__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "PROBE_FACTOR", "Float64At", "certify", "float32_certificate", "passes",
+__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "certify", "float32_certificate", "passes",
            "repair_misses", "returned_error", "solver_targets"]
 
 # ``fn``'s float64 linearization at some inputs of a chunk (their positions, a long tensor).
@@ -28,7 +28,7 @@ Float64At = Callable[[Tensor], Linearized]
 FLOAT32_ULPS = 64
 # A float32 map with no float64 evaluation: float32's rounding of the product at the returned vector is taken to be
 # at most this many times what the two float32 probes of float32_certificate show (the premise it states).
-PROBE_FACTOR = 16
+_PROBE_FACTOR = 16
 # Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
 FLOAT64_ULPS = 64
 
@@ -65,8 +65,8 @@ def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Lin
     M u‖`` for a random unit ``v`` (the products' own rounding: exact arithmetic is linear).
 
     Premise (stated, tested on saturated attention against dense float64 truth, not proved): the float64
-    evaluation's product ``M₆₄ u`` differs from ``M u`` by at most ``PROBE_FACTOR · max(Δ_state, Δ_arith)``. Then
-    ``‖M₆₄ u - θ u‖ ≤ ‖M u - θ u‖ + PROBE_FACTOR · max(Δ_state, Δ_arith) = r`` and some eigenvalue of ``M₆₄`` lies
+    evaluation's product ``M₆₄ u`` differs from ``M u`` by at most ``_PROBE_FACTOR · max(Δ_state, Δ_arith)``. Then
+    ``‖M₆₄ u - θ u‖ ≤ ‖M u - θ u‖ + _PROBE_FACTOR · max(Δ_state, Δ_arith) = r`` and some eigenvalue of ``M₆₄`` lies
     within ``r`` of ``θ``; ``error`` is :func:`value_error` of that ``r`` plus ``FLOAT32_ULPS`` units for the
     arithmetic of ``θ`` and the norms. Where float32 cannot resolve the product (softmax saturated by large inputs)
     the probes are large, and so is ``error``: the input is then not converged rather than wrong."""
@@ -80,7 +80,7 @@ def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Lin
     v = normalize(torch.randn(u.shape, generator=generator, device=u.device, dtype=u.dtype))
     state = torch.stack([norms((NormalOperator(other, 0.0, scale)(u) - Mu).double()) for other in moved]).amax(0)
     arith = norms((product(u + v) - product(v) - Mu).double())
-    bound = residual + PROBE_FACTOR * torch.maximum(state, arith)
+    bound = residual + _PROBE_FACTOR * torch.maximum(state, arith)
     error = value_error(theta, bound, FLOAT32_ULPS * torch.finfo(torch.float32).eps)
     return theta, bound / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 

@@ -130,7 +130,7 @@ def _chunk_sizes(fn: Map, X: Tensor, vectors: int) -> tuple[int, int]:
 
 def _float64_map(fn: Map, x: Tensor) -> tuple[Map, Tensor, bool] | None:
     """The map that evaluates ``fn`` in float64, its output at ``x.double()`` (one input) and whether lipnb made it
-    (:func:`lipnb.core.widening.promoted`): the first of :func:`lipnb.core.widening.float64_candidates` whose output
+    (:func:`lipnb.core.widening._promoted`): the first of :func:`lipnb.core.widening.float64_candidates` whose output
     there is float64, else ``None``."""
     for wide, made in float64_candidates(fn):
         try:
@@ -168,7 +168,7 @@ def _checked(fn: Map, X: Tensor) -> tuple[Linearized, tuple[Map, Tensor] | None,
     alone (:func:`lipnb.core.map_checks.check_map`; a closed form on its first input), that the linearization's
     output is ``fn``'s and that the float64 evaluation's is too, up to rounding estimated from float32 alone
     (:func:`lipnb.core.widening.float32_scatter`, never from the discrepancy being checked). A float64 evaluation
-    that lipnb made (:func:`lipnb.core.widening.promoted`) and that computes another map is dropped (the float32
+    that lipnb made (:func:`lipnb.core.widening._promoted`) and that computes another map is dropped (the float32
     certificate applies); one that ``fn`` itself computes, or names, is a ``ValueError``."""
     closed = isinstance(fn, Linearizable)
     Y = check_map(fn, X[:1] if closed else X, mixing=not closed)
@@ -250,7 +250,7 @@ def local_lipschitz(
     run the final residual and Rayleigh quotient are recomputed with one float64 product of ``fn``'s float64
     linearization, and ``converged`` is decided on them: ``fn``'s float64 evaluation is the map a ``float64_map()``
     method names, ``fn`` itself where it runs in float64, or, for an autograd map, ``fn`` with every float32 tensor
-    it uses cast to float64 (:func:`lipnb.core.widening.promoted`), each checked to compute ``fn``. A float32 map
+    it uses cast to float64 (:func:`lipnb.core.widening._promoted`), each checked to compute ``fn``. A float32 map
     with none (a closed form that refuses float64) is certified by
     :func:`lipnb.core.certify.float32_certificate`, under its stated premise on float32's rounding. Returns the
     values ``(B,)``, or a :class:`LipschitzResult` when ``detailed``; inputs that did not converge raise a

@@ -5,7 +5,7 @@ A float32 run's residual is recomputed with a float64 product of ``fn``'s float6
 about). :func:`float64_candidates` lists where that evaluation may be: the map a ``float64_map()`` method names,
 ``fn`` itself where it runs in float64, or, for a map differentiated by autograd whose tensors are float32 (a
 lambda closing over float32 weights, a module), ``fn`` run with every float32 tensor it touches cast to float64
-(:func:`promoted`).
+(:func:`_promoted`).
 :func:`float32_scatter` estimates float32's rounding of ``fn``'s output from float32 evaluations alone, so that the
 check that the float64 evaluation is ``fn`` does not take its tolerance from the discrepancy it measures.
 """
@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_map
 from .linearization import Linearizable
 from .map_checks import relative_change
 
-__all__ = ["float32_scatter", "float64_candidates", "nudged", "promoted"]
+__all__ = ["float32_scatter", "float64_candidates", "nudged"]
 
 Map = Callable[[Tensor], Tensor]
 
@@ -65,7 +65,7 @@ class _Float64(TorchFunctionMode):
         return func(*tree_map(_wide, args), **tree_map(_wide, kwargs))
 
 
-def promoted(fn: Map) -> Map:
+def _promoted(fn: Map) -> Map:
     """``fn`` evaluated in float64: every float32 tensor it uses (its weights, constants it makes) cast to float64,
     exactly, as the operations run (a ``TorchFunctionMode``; torch's default dtype is float64 meanwhile, restored)."""
     def wide(X: Tensor) -> Tensor:
@@ -81,13 +81,13 @@ def promoted(fn: Map) -> Map:
 
 def float64_candidates(fn: Map) -> list[tuple[Map, bool]]:
     """The maps that may evaluate ``fn`` in float64, in the order to try them, each with whether it is
-    :func:`promoted`: the one a ``float64_map()`` method names (:class:`lipnb.models.LayerMap`); else ``fn`` itself
-    (a closed form casts its parameters exactly), and for a map differentiated by autograd then :func:`promoted`
+    :func:`_promoted`: the one a ``float64_map()`` method names (:class:`lipnb.models.LayerMap`); else ``fn`` itself
+    (a closed form casts its parameters exactly), and for a map differentiated by autograd then :func:`_promoted`
     ``fn``. The first whose output at a float64 input is float64 is ``fn``'s float64 evaluation."""
     named = getattr(fn, "float64_map", None)
     if callable(named):
         return [(named(), False)]
-    return [(fn, False)] if isinstance(fn, Linearizable) else [(fn, False), (promoted(fn), True)]
+    return [(fn, False)] if isinstance(fn, Linearizable) else [(fn, False), (_promoted(fn), True)]
 
 
 def nudged(X: Tensor, seed: int = 2) -> Tensor:

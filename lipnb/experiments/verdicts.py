@@ -86,19 +86,6 @@ BOOK_CORRECTIONS: tuple[BookCorrection, ...] = (
     _B("2-norm bound holds with", "sharpening", _KIM, ("Theorem 3.2, 2-norm",)),
 )
 
-# Titles the chapters carried before their boxes were titled by kind: accepted with the kind registered above,
-# or (None) not counted, until the retitled chapters are merged; then this set is deleted.
-_BEFORE_RETITLING: frozenset[str] = frozenset({
-    "Correction: the published constants are not local Lipschitz constants",
-    "Correction: the random-GPT-2 real-data points come from a random map and a loop that can stop at once",
-    "Correction: the published random-GPT-2 adversarial inputs are not built on the head",
-    "Correction: the BERT-decoder adversarial panel differentiates the key/value cache too",
-    'Correction: the "masked BERT" panels are unmasked attention',
-    "Correction: Theorems 3.3 and 4.3 hold with $n + 1$ in place of $4n + 1$",
-    "Correction: Theorem 3.5 holds with the exponent $\\|A\\|_2R^2$, not only $2\\|A\\|_2R^2$",
-    "Correction: the two-Dirac constant is $(1+\\gamma R^2)e^{\\gamma R^2}/2$, above the stated rate at every $R$",
-})
-_STALE_BEFORE_RETITLING = "Correction: the factor 2 in App. C.5"
 
 
 def correction_titles(text: str) -> list[str]:
@@ -107,9 +94,8 @@ def correction_titles(text: str) -> list[str]:
     return _TITLE.findall(text)
 
 
-def classify_correction(title: str) -> BookCorrection | None:
-    """The correction a box titled ``title`` makes (one of :data:`BOOK_CORRECTIONS`), or ``None`` for a box that
-    the retitled chapters drop.
+def classify_correction(title: str) -> BookCorrection:
+    """The correction a box titled ``title`` makes (one of :data:`BOOK_CORRECTIONS`).
 
     The title's opening words give its kind ("Correction:", "Correction of the published code:", "Sharpening:"),
     the phrase it contains gives the correction, and the two must agree: a ``ValueError`` names a title with
@@ -119,8 +105,6 @@ def classify_correction(title: str) -> BookCorrection | None:
     """
     if not isinstance(title, str):
         raise TypeError(f"classify_correction: a title is a str, not {type(title).__name__}")
-    if title.startswith(_STALE_BEFORE_RETITLING):
-        return None
     opening = next(((prefix, kind) for prefix, kind in _PREFIXES if title.startswith(prefix)), None)
     if opening is None:
         raise ValueError(f"cannot classify the box {title!r}: its title opens with none of "
@@ -131,7 +115,7 @@ def classify_correction(title: str) -> BookCorrection | None:
         raise ValueError(f"cannot classify the box {title!r}: it contains {len(matches) or 'none'} of the "
                          "registered phrases (lipnb.experiments.verdicts.BOOK_CORRECTIONS): register it there")
     correction = matches[0]
-    if correction.kind != opening[1] and title not in _BEFORE_RETITLING:
+    if correction.kind != opening[1]:
         raise ValueError(f"the box {title!r} is titled as a {CORRECTION_KINDS[opening[1]]}, but it is a "
                          f"{CORRECTION_KINDS[correction.kind]}: retitle it "
                          f"{next(p for p, k in _PREFIXES if k == correction.kind)!r}")

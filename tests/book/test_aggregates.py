@@ -126,8 +126,7 @@ def disagreements(root: Path) -> list[str]:
     compare("n-equalities", glance.get("n-equalities"), sum(abs(m) < 1e-9 for m in every))
 
     # The corrections and sharpenings, by kind, from the boxes of the chapters.
-    made = [m for name in chapters for t in _titles(book / f"{name}.ipynb")
-            if (m := classify_correction(t)) is not None]
+    made = [classify_correction(t) for name in chapters for t in _titles(book / f"{name}.ipynb")]
     statements = [m for m in made if m.kind == "statement"]
     for name, expected in (
         ("n-corr-statement", len(statements)),

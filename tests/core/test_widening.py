@@ -2,7 +2,7 @@
 cast to float64) on the float32 maps where float32's own products cannot be trusted: saturated self-attention
 (issue 53: 13 of 640 results were off by up to 17x their ``error``, converged), clustered and crossing top singular
 values, Jacobians of norm 1e-23 and 1e20. Two paths: maps that close over float32 tensors get their float64
-evaluation by promotion (:func:`lipnb.core.widening.promoted`); a closed form that refuses float64 gets the float32
+evaluation by promotion (:func:`lipnb.core.widening._promoted`); a closed form that refuses float64 gets the float32
 certificate (:func:`lipnb.core.certify.float32_certificate`), which may flag an input but must never report a
 converged value its error does not bound."""
 
@@ -19,7 +19,7 @@ from lipnb.core.attention import self_attention
 from lipnb.core.dense import jacobian_matrix
 from lipnb.core.linearization import Linearization, linearize
 from lipnb.core.lipschitz import local_lipschitz
-from lipnb.core.widening import promoted
+from lipnb.core.widening import _promoted
 from lipnb.experiments.certificate import _orthogonal, spectrum
 
 F32, F64 = torch.float32, torch.float64
@@ -167,10 +167,10 @@ def test_float32_hard_cases_against_float64_truth(only32: bool) -> None:
 
 
 def test_promotion_computes_the_float64_evaluation_and_leaves_no_trace() -> None:
-    """``promoted(fn)`` is ``fn`` with its float32 tensors cast to float64 (here bit for bit the float64 weights'
+    """``_promoted(fn)`` is ``fn`` with its float32 tensors cast to float64 (here bit for bit the float64 weights'
     map); the closed-over weights stay float32 and the default dtype is restored."""
     fn, truth, X = saturated(30.0, 0)
-    assert torch.equal(promoted(fn)(X.double()), truth(X.double()))
+    assert torch.equal(_promoted(fn)(X.double()), truth(X.double()))
     assert torch.get_default_dtype() == F32
     with pytest.raises(RuntimeError):
         fn(X.double())
