@@ -21,10 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md") if p.with_suffix(".ipynb").exists())
 OVERVIEWS = {"results_at_a_glance", "theorems_at_a_glance"}
-SUMMARY_PENDING = {
-    "adversarial", "invertible", "l2_attention", "l2_tightness", "language_models", "large_radius", "long_context",
-    "normalization", "self_attention", "smollm2", "sqrt_n_bound", "tightness", "two_papers",
-}
+SUMMARY_PENDING: set[str] = set()
 FENCE = r"^(?:`{3,}|:{3,})"
 
 
