@@ -384,3 +384,12 @@ def test_statistics_refuse_bad_inputs() -> None:
     x = torch.tensor([1.0, 2.0, 3.0])
     refused(lambda: stats.bootstrap_slope(x, x, resamples=1.5), "resamples")
     refused(lambda: stats.power_law_break(range(1, 10), range(1, 10), min_side=0), "min_side")
+
+
+def test_a_pandas_column_of_a_group_is_read_as_points() -> None:
+    """A group's column keeps its rows' labels (not 0..k); its values are read, in order."""
+    from lipnb.arguments import as_points
+
+    frame = pd.DataFrame({"n": [1, 2, 3, 4], "g": [0, 1, 0, 1]})
+    group = frame[frame.g == 1]["n"]
+    assert as_points(group, "n").tolist() == [2.0, 4.0]
