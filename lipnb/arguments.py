@@ -318,7 +318,7 @@ def as_points(values: object, name: str, *, positive: bool = False) -> Tensor:
         if isinstance(values, str | bytes):
             raise TypeError
         if callable(getattr(values, "to_numpy", None)):  # a pandas column, also one of a group (its index not 0..k)
-            values = values.to_numpy()
+            values = values.to_numpy(copy=True)
         points = torch.as_tensor(list(values) if isinstance(values, Iterator) else values, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{name} must be numbers (a tensor or a list); got {_describe(values)}") from None
