@@ -34,8 +34,10 @@ lint: $(STAMP)
 # Two single-threaded workers beat one two-threaded process here: most kernels are small, and
 # OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
 # tests/book/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
+# The tests marked slow (larger versions of unit tests, more than about 5 s each) run in `make unit` and in
+# `make test-portable`, which CI runs first; `make test` leaves them out to stay within a reader's 15 minutes.
 test: $(STAMP) lint browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env -m "not slow"
 
 # The same unit tests and chapters on the portable CPU kernels (no AVX), from an empty results cache:
 # what a reader's machine of another CPU sees. Stored outputs are compared as numbers (nbval_numeric.py).
