@@ -8,9 +8,9 @@ of the batch and ``g`` this input's own random start, independent of ``w``; ``τ
 starts close to the top and saves Lanczos products; where they differ, or cross (another input's top direction
 is this input's second), the noise keeps this input's own top within reach.
 
-**What a mixed start costs in certainty** (derived in full in ``NOTES-mixed-start.md``, for the chapter *A
-probability instead of a premise*): that chapter's worst-case bounds on the probability that Lanczos or the power
-iteration misses the top after ``k`` products (:mod:`lipnb.experiments.random_start`, and the forms
+**What a mixed start costs in certainty** (derived in full, and checked at a planted crossing, in the chapter *A
+start borrowed from another input*): the worst-case bounds of the chapter *A probability instead of a premise* on
+the probability that Lanczos or the power iteration misses the top after ``k`` products (:mod:`lipnb.experiments.random_start`, and the forms
 :func:`lipnb.core.krylov.failure_epsilon` uses) are proved by showing that a miss forces the start's component along
 the top eigenvector ``v₁`` to be small, ``|⟨u, v₁⟩| ≤ t ‖u‖``, and bounding that event's probability ``F(t)`` for a
 start uniform on the sphere. For the mixed start, ``‖u‖ ≤ 1 + τ`` and ``⟨u, v₁⟩ = ⟨w, v₁⟩ + τ ⟨g, v₁⟩``; the
