@@ -20,19 +20,15 @@ from torch import Tensor
 
 from ..core.krylov import NormalOperator, lanczos
 from ..core.linearization import linearize
-from ..core.starts import _NOISE_WEIGHT, _failure_factor, _mixed_starts, random_starts
+from ..core.starts import NOISE_WEIGHT, failure_factor, mixed_starts, random_starts
 from ..results import ResultTable, cached_table, progress
 from .random_start import chebyshev_spectrum, lanczos_failure_bound
 
 __all__ = ["NOISE_WEIGHT", "concavity_ratios", "coordinate_tail", "crossing_failures", "mixed_start_factor"]
 
-# τ of the estimator's mixed start, and its price (1 + τ)/τ.
-NOISE_WEIGHT = _NOISE_WEIGHT
-
-
 def mixed_start_factor(tau: float = NOISE_WEIGHT) -> float:
     """``(1 + τ)/τ``: the factor by which the random-start failure bounds hold for a mixed start of weight ``τ``."""
-    return _failure_factor(tau)
+    return failure_factor(tau)
 
 
 def coordinate_tail(N: int, t: float | np.ndarray) -> np.ndarray:
@@ -94,7 +90,7 @@ def crossing_failures(cases: tuple[tuple[int, float], ...] = ((3, 0.4), (6, 0.25
                     X = torch.zeros(min(chunk, starts - c * chunk), n, d, dtype=torch.float64)
                     g_c = random_starts(X, seed + c)
                     u = {"random": g_c, "shared": second.expand_as(X)}.get(kind)
-                    failures += _misses(W, _mixed_starts(g_c, second, tau) if u is None else u, k, eps)
+                    failures += _misses(W, mixed_starts(g_c, second, tau) if u is None else u, k, eps)
                 factor = {"random": 1.0, "shared": math.inf}.get(kind) or mixed_start_factor(tau)
                 for name, value in (("k", k), ("eps", eps), ("start", kind), ("tau", tau), ("starts", starts),
                                     ("failures", failures), ("bound", bound), ("allowed", factor * bound)):
