@@ -15,7 +15,7 @@ from torch import Tensor
 from lipnb.core.dense import jacobian_matrix
 from lipnb.core.linearization import ClosedForm
 from lipnb.core.lipschitz import local_lipschitz
-from lipnb.core.starts import _NOISE_WEIGHT, _failure_factor, _mixed_starts, random_starts
+from lipnb.core.starts import NOISE_WEIGHT, failure_factor, mixed_starts, random_starts
 from lipnb.experiments.certificate import _orthogonal
 
 F32, F64 = torch.float32, torch.float64
@@ -104,7 +104,7 @@ def test_mixed_and_random_starts_agree_on_real_attention() -> None:
     assert int(mixed.presolve_iterations.sum()) < int(rand.presolve_iterations.sum())
 
 
-@pytest.mark.parametrize("tau", [0.5, _NOISE_WEIGHT, 8.0])
+@pytest.mark.parametrize("tau", [0.5, NOISE_WEIGHT, 8.0])
 @pytest.mark.parametrize("where", ["orthogonal", "halfway", "aligned"])
 def test_small_top_component_is_at_most_the_factor_more_likely(tau: float, where: str) -> None:
     """The lemma behind the mixed start, sampled: ``P(|⟨u, v₁⟩| ≤ t ‖u‖)`` for ``u = w + τ g`` (``w`` unit, fixed;
@@ -122,7 +122,7 @@ def test_small_top_component_is_at_most_the_factor_more_likely(tau: float, where
     for t in (0.005, 0.02, 0.05):
         mixed = ((u @ v1).abs() <= t * u.norm(dim=1)).double().mean()
         uniform = ((g @ v1).abs() <= t).double().mean()
-        bound = _failure_factor(tau) * uniform
+        bound = failure_factor(tau) * uniform
         assert float(mixed) <= float(bound) + 4 * float((bound / draws).sqrt()), (t, float(mixed), float(bound))
 
 
@@ -130,8 +130,8 @@ def test_mixed_starts_are_unit_and_seeded() -> None:
     X = torch.zeros(5, 3, 4)
     u = random_starts(X, 3)
     assert torch.equal(u, random_starts(X, 3)) and torch.allclose(u.flatten(1).norm(dim=1), torch.ones(5))
-    m = _mixed_starts(u, u[:1])
+    m = mixed_starts(u, u[:1])
     assert torch.allclose(m.flatten(1).norm(dim=1), torch.ones(5))
-    assert _failure_factor(_NOISE_WEIGHT) == 1.5
-    assert float((m[1].flatten() @ (u[:1].flatten() + _NOISE_WEIGHT * u[1].flatten())).abs()) > 0
+    assert failure_factor(NOISE_WEIGHT) == 1.5
+    assert float((m[1].flatten() @ (u[:1].flatten() + NOISE_WEIGHT * u[1].flatten())).abs()) > 0
     assert X.dtype == F32
