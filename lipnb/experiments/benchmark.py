@@ -46,9 +46,12 @@ __all__ = [
 
 _ENV_VAR = "LIPNB_BENCH_DIR"
 
-METHOD_LABELS = {"paper": "paper's loop", "lipnb": "lipnb", "lipnb-f32": "lipnb, no bfloat16 presolve",
-                 "lipnb-tight": "lipnb, tighter tolerance (1e-6)", "lipnb-autograd": "lipnb, autograd products",
-                 "lipnb-f64": "lipnb, float64 products"}
+# A method's name in a reader's table: the book's estimator in words, never the package's name.
+METHOD_LABELS = {"paper": "paper's loop", "lipnb": "book's estimator",
+                 "lipnb-f32": "book's estimator, no bfloat16 presolve",
+                 "lipnb-tight": "book's estimator, tolerance 10⁻⁶",
+                 "lipnb-autograd": "book's estimator, autograd products",
+                 "lipnb-f64": "book's estimator, float64 products"}
 
 
 # The models and maps of the records, named in words (a reader's table never shows a model id or a map kind).

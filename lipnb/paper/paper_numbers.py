@@ -87,7 +87,7 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
     _P("real-exponent-bert-encoder", "real-data exponent, BERT encoder", 0.25, "Sec. 5.3", "claim", _BERT),
     _P("real-exponent-bert-decoder", "real-data exponent, BERT decoder", 0.25, "Sec. 5.3", "claim", _BERT),
     # The curves the plotting scripts draw over the real-data points (constants typed in, not fitted).
-    _P("drawn-real-random-gpt2", "real-data curve drawn over random GPT-2, layer 6 (Alice and AG_NEWS)", 0.445,
+    _P("drawn-real-random-gpt2", "real-data curve drawn over random GPT-2, layer 6 (Alice and AG News)", 0.445,
        _RND + "plot_gpt_random.py:62, :129", "drawn curve", _RANDOM, 0.25),
     _P("drawn-real-bert-encoder", "real-data curve drawn over the BERT encoder, layer 0 (Alice)", 14.3,
        "bert_encoder/plot_bert_encoder.py:58", "drawn curve", _BERT, 0.24),
@@ -147,14 +147,14 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
        _RND + "process_gpt_random.py:11", "setting", _RANDOM),
     _P("real-layer-random-gpt2", "layer of the random-GPT-2 real-data runs", 6.0, _RND + "process_gpt_random.py:26",
        "setting", _RANDOM),
-    _P("real-lengths", "real-data lengths (every model on Alice; all but the BERT encoder on AG_NEWS)",
+    _P("real-lengths", "real-data lengths (every model on Alice; all but the BERT encoder on AG News)",
        tuple(float(n) for n in range(2, 100, 2)), "Sec. 5.1; " + _RND + "process_gpt_random.py:58, :101",
        "setting"),
-    _P("real-lengths-bert-encoder-ag-news", "real-data lengths of the BERT encoder on AG_NEWS",
+    _P("real-lengths-bert-encoder-ag-news", "real-data lengths of the BERT encoder on AG News",
        tuple(float(n) for n in range(2, 512, 10)), "bert_encoder/process_bert_encoder.py:58", "setting", _BERT),
     _P("real-per-length", "sequences per length (real data)", 10.0, "Sec. 5.1; " + _RND + "process_gpt_random.py:104",
        "setting"),
-    _P("ag-news-articles", "AG_NEWS test articles joined into one text, the first ones in the file", 1000.0,
+    _P("ag-news-articles", "AG News test articles joined into one text, the first ones in the file", 1000.0,
        _RND + "process_gpt_random.py:41, :43", "setting"),
     # Sec. 5: "Both models have 12 multi-head attention layers, and 12 attention heads per layer, with an embedding
     # dimension d = 768" (BERT-base and GPT-2 small).
