@@ -44,7 +44,7 @@ from lipnb.models.loading import HUB_MODELS, MODEL_NAMES  # noqa: E402
 CHAPTERS = sorted(p for p in (ROOT / "book").glob("*.md") if p.with_suffix(".ipynb").exists())
 
 STUB_LIPNB = {
-    "lipnb/__init__.py": "from . import profiles\n",
+    "lipnb/__init__.py": "from . import profiles\nfrom .profiles import default_device, set_profile\n",
     "lipnb/profiles.py": textwrap.dedent("""\
         import json, os
 
