@@ -15,45 +15,21 @@ import pytest
 import torch
 from torch import Tensor
 
-from lipnb.core.attention import self_attention
 from lipnb.core.dense import jacobian_matrix
-from lipnb.core.linearization import Linearization, linearize
 from lipnb.core.lipschitz import local_lipschitz
 from lipnb.core.widening import _promoted
 from lipnb.experiments.certificate import _orthogonal, spectrum
+from lipnb.experiments.float32_audit import Float32Only, saturated_head
 
 F32, F64 = torch.float32, torch.float64
 SVD_SLACK = 1e-12          # the dense float64 SVD's own rounding, relative
 SCALES = (10.0, 20.0, 30.0, 50.0, 100.0)
 
 
-class Float32Only:
-    """A map of float32 tensors that refuses float64 (its call and its linearization): no float64 evaluation."""
-
-    def __init__(self, fn: Callable[[Tensor], Tensor]) -> None:
-        self.fn = fn
-
-    def _check(self, Z: Tensor) -> None:
-        if Z.dtype != F32:
-            raise TypeError("this map runs in float32 only")
-
-    def __call__(self, Z: Tensor) -> Tensor:
-        self._check(Z)
-        return self.fn(Z)
-
-    def linearize(self, Z: Tensor) -> Linearization:
-        self._check(Z)
-        return linearize(self.fn, Z)
-
-
 def saturated(scale: float, seed: int) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor], Tensor], Tensor]:
     """Issue 53's family: single-head self-attention with float32 ``A``, ``V`` (``d = 4``) and 4 inputs of ``n = 6``
     float32 tokens of norm ``scale``; the map, its float64 evaluation (the weights cast) and the inputs."""
-    g = torch.Generator().manual_seed(seed)
-    A, V = torch.randn(4, 4, generator=g) / 2, torch.randn(4, 4, generator=g) / 2
-    X = torch.randn(4, 6, 4, generator=g)
-    X = scale * X / X.norm(dim=-1, keepdim=True)
-    return (lambda Z: self_attention(Z, A, V)), (lambda Z: self_attention(Z, A.double(), V.double())), X
+    return saturated_head(scale, seed, inputs=4, n=6, d=4)
 
 
 def distances(truth: Callable[[Tensor], Tensor], X: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
