@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .numbers import as_written
+
 __all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "check", "ledger", "read_ledger"]
 
 Number = float | int | np.ndarray
@@ -218,7 +220,8 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
         raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
     entries, tightest = list(_LEDGER), min(e.margin for e in _LEDGER)
     summary = f"{title}: {len(entries)} checks, tightest margin {tightest:.2g}"
-    rows = "".join(f"<tr><td>{html.escape(e.claim)}</td><td>{html.escape(e.detail)}</td><td>{e.margin:.2g}</td>"
+    rows = "".join(f"<tr><td>{html.escape(as_written(e.claim))}</td><td>{html.escape(as_written(e.detail))}</td>"
+                   f"<td>{as_written(f'{e.margin:.2g}')}</td>"
                    "</tr>" for e in entries)
     extras = [extra] if isinstance(extra, str) or not isinstance(extra, Sequence) else list(extra)
     body = ("<table class=\"lipnb-ledger-table\"><caption>Each claim, the comparison that decided it, and its "

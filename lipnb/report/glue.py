@@ -8,6 +8,8 @@ import json
 import math
 from pathlib import Path
 
+from .numbers import as_written
+
 __all__ = ["counted", "read_states", "state"]
 
 _WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
@@ -24,14 +26,15 @@ def _glue(name: str, value: object) -> None:
 
 
 def state(name: str, value: float | int | str, fmt: str = ".3g") -> str:
-    """Glue ``value`` formatted with ``fmt`` under ``name`` for ``{glue:text}`name``` and return the text."""
+    """Glue ``value`` formatted with ``fmt`` under ``name`` for ``{glue:text}`name``` and return the text (its
+    e-notation written as powers of ten: "3 × 10⁻⁷")."""
     if hasattr(value, "item") and not isinstance(value, str):
         value = value.item()  # a 0-d tensor or numpy scalar
     if isinstance(value, bool) or not isinstance(value, (float, int, str)):
         raise TypeError(f"{name}: state a float, an int or a str, not {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{name}: refusing to state a non-finite number ({value})")
-    text = value if isinstance(value, str) else format(value, fmt)
+    text = as_written(value if isinstance(value, str) else format(value, fmt))
     _glue(name, text)
     return text
 

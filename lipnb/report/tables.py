@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 
+from .numbers import as_written
+
 __all__ = ["Table", "frame_table", "markdown_table", "summary_table"]
 
 
@@ -47,8 +49,8 @@ def _cells(rows: list[dict[str, object]], formats: dict[str, str]) -> list[list[
         if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
             return "–"  # no value: a dash, never "None" or "nan"
         if isinstance(value, (float, np.floating)) or (isinstance(value, (int, np.integer)) and column in formats):
-            return format(value, formats.get(column, ".3g"))
-        return str(value).replace("\n", " ")
+            return as_written(format(value, formats.get(column, ".3g")))
+        return as_written(str(value).replace("\n", " "))
 
     return [[cell(c, row[c]) for c in row] for row in rows]
 

@@ -1,0 +1,29 @@
+"""Numbers as a reader reads them: Python's e-notation ("3e-07", "1.5e+05") written as a power of ten
+("3 × 10⁻⁷", "1.5 × 10⁵"), in glued text, table cells and the ledger."""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["as_written"]
+
+# A number in e-notation as Python's formats write it (the exponent always signed), not part of a longer word.
+_E_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)e([+-])0*(\d+)(?![\w.])")
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _written(match: re.Match[str]) -> str:
+    mantissa, sign, digits = match.groups()
+    if digits == "0":
+        return mantissa.replace("-", "−")
+    power = "10" + ("-" + digits if sign == "-" else digits).translate(_SUPERSCRIPT)
+    if mantissa in ("1", "-1"):
+        return power if mantissa == "1" else "−" + power
+    return f"{mantissa.replace('-', '−')} × {power}"
+
+
+def as_written(text: str) -> str:
+    """``text`` with every number in e-notation written as a power of ten: "below 1e-14" → "below 10⁻¹⁴"."""
+    if not isinstance(text, str):
+        raise TypeError(f"as_written: text is a str, not {type(text).__name__}")
+    return _E_NUMBER.sub(_written, text)
