@@ -18,6 +18,7 @@ import typing
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..models.titles import model_title
 from .benchmark_schema import (
     CallResult,
     LipschitzRecord,
@@ -54,8 +55,7 @@ METHOD_LABELS = {"paper": "paper's loop", "lipnb": "book's estimator",
                  "lipnb-f64": "book's estimator, float64 products"}
 
 
-# The models and maps of the records, named in words (a reader's table never shows a model id or a map kind).
-_MODEL_NAMES = {"minilm": "MiniLM", "gpt2-random": "random GPT-2", "smollm2": "SmolLM2"}
+# The maps of the records, named in words (a reader's table never shows a map kind; models: `model_title`).
 _KIND_NAMES = {"self": "self-attention module", "mha": "multi-head map", "block": "attention sub-layer"}
 
 # The paper's loop in ``bench/workloads.py``'s records: as published, and stopped by an oracle at 1e-4 of the reference.
@@ -130,7 +130,7 @@ def workload_name(run: WorkloadRun, short: bool = False) -> str:
     """A workload of ``bench/workloads.py``'s record named by what it is: "MiniLM layer 2, 32 windows of *Alice*,
     n = 128, 1 thread" (``short``: "MiniLM layer 2, 1 thread")."""
     threads = "1 thread" if run.threads == 1 else f"{run.threads} threads"
-    layer = f"{_MODEL_NAMES.get(run.model, run.model)} layer {run.layer}"
+    layer = f"{model_title(run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"
     return f"{layer}, {run.batch} windows of *Alice*, n = {run.n}, {threads}"
@@ -200,7 +200,7 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
             per_input = v.median_cpu_s / run.batch if cpu else v.per_input_s
             speedup = cpu_speedup(run, method) if cpu else run.speedup.get(method)
             rows.append({
-                "map": f"{_MODEL_NAMES.get(run.model, run.model)} layer {run.layer}, "
+                "map": f"{model_title(run.model)} layer {run.layer}, "
                        f"{_KIND_NAMES.get(run.kind, run.kind)}",
                 "n": str(run.n),
                 "method": METHOD_LABELS[method],

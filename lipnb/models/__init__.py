@@ -18,6 +18,7 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "loading": ("HUB_MODELS", "MODEL_NAMES", "OFFLINE_MODELS", "OfflineError", "load", "load_shared",
                 "minilm_trained_length"),
     "quantization": ("attention_linears", "quantized_attention"),
+    "titles": ("model_title",),
 }
 __all__ = sorted(published_names(__name__, PUBLISHED))
 __getattr__, __dir__ = lazy_modules(__name__, __file__, globals(), PUBLISHED)
