@@ -63,6 +63,14 @@ def gen() -> torch.Generator:
 
 
 @pytest.fixture
+def head_3(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """A head of width 3 in float64 drawn from :func:`gen`: a symmetric ``A`` (real eigenvalues, as Lemma C.7
+    needs) and a general ``V``."""
+    M = torch.randn(3, 3, generator=gen, dtype=torch.float64)
+    return (M + M.T) / 4, torch.randn(3, 3, generator=gen, dtype=torch.float64) / 2
+
+
+@pytest.fixture
 def alice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The Alice text (``$LIPNB_DATA_DIR``, else the pre-seeded mirror beside the clone when there is one, as the
     Makefile picks it; skipped where it cannot be read) and an empty results cache."""

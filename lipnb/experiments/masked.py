@@ -16,6 +16,7 @@ from ..core.inputs import ball_tokens, lemma_c_7_input, real_eigenpairs
 from ..core.lipschitz import local_lipschitz
 from ..core.measures import masked_mean_field, masked_mean_field_ratio
 from ..results import ResultTable, cached_table, progress
+from .synthetic import ball_grid
 
 __all__ = [
     "cesaro_matrix",
@@ -36,11 +37,8 @@ def masked_chain_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[float],
     masked constant ``lip`` (dense float64), ``data_bound`` (Theorem C.3, masked), ``ball_bound`` (Theorem 3.3,
     which Theorem 4.3 states) and ``lower`` (Lemma C.7's bound, for ``V = I`` at its inputs; NaN elsewhere).
     A cached table."""
-    radii_t = as_radius(torch.as_tensor(list(radii), dtype=torch.float64), "radii")
-    lengths, per_length = check_lengths(lengths, minimum=2), check_positive_int(per_length, "per_length")
-    A, V = A.double(), V.double()
-    params = {"A": A.tolist(), "V": V.tolist(), "radii": radii_t.tolist(), "lengths": lengths,
-              "per_length": per_length}
+    grid = ball_grid(A, V, radii, lengths, per_length)
+    A, V, lengths, per_length = grid.A, grid.V, grid.lengths, grid.per_length
 
     def compute() -> dict[str, list]:
         eigenvalues = real_eigenpairs(A)[0]
@@ -48,7 +46,7 @@ def masked_chain_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[float],
         eye = torch.eye(A.shape[0], dtype=torch.float64)
         rows: dict[str, list] = {key: [] for key in ("R", "n", "values", "inputs", "lip", "data_bound",
                                                       "ball_bound", "lower")}
-        for R in progress(radii_t.tolist(), desc="masked chain"):
+        for R in progress(grid.radii, desc="masked chain"):
             for n in lengths:
                 X = torch.cat([ball_tokens(per_length, n, A.shape[0], R, seed=n),
                                lemma_c_7_input(A, R, n, case="positive"), lemma_c_7_input(A, R, n, case="negative")])
@@ -67,7 +65,7 @@ def masked_chain_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[float],
                         else [float("nan")] * 2)
         return rows
 
-    return cached_table("masked_chain_sweep", params, compute)
+    return cached_table("masked_chain_sweep", grid.params, compute)
 
 
 def masked_growth_sweep(A: torch.Tensor, radii: Iterable[float], lengths: Iterable[int], *,

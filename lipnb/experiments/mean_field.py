@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..arguments import as_radius, check_lengths, check_positive_int, check_tokens
+from ..arguments import check_lengths, check_positive_int, check_tokens
 from ..core.attention import self_attention
 from ..core.bounds import gamma, theorem_3_5, theorem_3_5_sharpened, two_dirac_constant
 from ..core.dense import exact_local_lipschitz
@@ -18,7 +18,7 @@ from ..core.inputs import ball_tokens, lemma_c_7_input, proposition_3_6_measure,
 from ..core.lipschitz import local_lipschitz
 from ..core.measures import own_query_norms, wasserstein2_empirical, weighted_attention_lipschitz
 from ..results import ResultTable, cached_table, progress
-from .synthetic import lemma_c_7_constants
+from .synthetic import ball_grid, lemma_c_7_constants
 
 __all__ = [
     "LightAtom",
@@ -103,16 +103,13 @@ def mean_field_bound_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[flo
 
     For each radius and length: ``per_length`` inputs uniform in the ball (``inputs = "random"``) and Lemma C.7's
     input (``"adversarial"``); per row ``lip``, ``stated`` (Theorem 3.5) and ``sharpened``. A cached table."""
-    radii_t = as_radius(torch.as_tensor(list(radii), dtype=torch.float64), "radii")
-    lengths, per_length = check_lengths(lengths, minimum=2), check_positive_int(per_length, "per_length")
-    A, V = A.double(), V.double()
-    params = {"A": A.tolist(), "V": V.tolist(), "radii": radii_t.tolist(), "lengths": lengths,
-              "per_length": per_length}
+    grid = ball_grid(A, V, radii, lengths, per_length)
+    A, V, lengths, per_length = grid.A, grid.V, grid.lengths, grid.per_length
 
     def compute() -> dict[str, list]:
         rows: dict[str, list] = {"R": [], "n": [], "inputs": [], "lip": [], "stated": [], "sharpened": []}
         f = lambda Z: self_attention(Z, A, V)  # noqa: E731
-        for R in progress(radii_t.tolist(), desc="mean-field bound"):
+        for R in progress(grid.radii, desc="mean-field bound"):
             for n in lengths:
                 X = torch.cat([ball_tokens(per_length, n, A.shape[0], R, seed=n), lemma_c_7_input(A, R, n)])
                 rows["R"] += [R] * len(X)
@@ -123,7 +120,7 @@ def mean_field_bound_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[flo
                 rows["sharpened"] += [theorem_3_5_sharpened(A, V, R).item()] * len(X)
         return rows
 
-    return cached_table("mean_field_bound_sweep", params, compute)
+    return cached_table("mean_field_bound_sweep", grid.params, compute)
 
 
 def two_dirac_sweep(A: torch.Tensor, gamma_R2: Iterable[float]) -> ResultTable:

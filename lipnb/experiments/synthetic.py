@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 
-from ..arguments import as_radius, check_bool, check_choice, check_lengths, check_positive_int, check_tokens
+from ..arguments import (
+    as_radius,
+    check_bool,
+    check_choice,
+    check_lengths,
+    check_matrix,
+    check_positive_int,
+    check_tokens,
+)
 from ..core.attention import attention_matrix, self_attention
 from ..core.bounds import theorem_3_3, theorem_c_3
 from ..core.dense import jacobian_matrix
@@ -19,6 +28,8 @@ from ..results import ResultTable, cached_table, code_version, progress
 from .stats import fit_line
 
 __all__ = [
+    "BallGrid",
+    "ball_grid",
     "large_radius_sweep",
     "lemma_c_7_constants",
     "quadratic_growth_slopes",
@@ -148,3 +159,33 @@ def _grid(values: torch.Tensor | Iterable[float], name: str, *, positive: bool =
     if positive and bool((grid == 0).any()):
         raise ValueError(f"{name} must be > 0 (a log is taken); got {grid.tolist()}")
     return grid
+
+
+@dataclass(frozen=True)
+class BallGrid:
+    """The grid of a sweep over the ball ``B_R^n`` (Theorems 3.3 to 4.3): a head ``(A, V)`` in float64, the radii,
+    the lengths and the random inputs drawn per length."""
+
+    A: torch.Tensor
+    V: torch.Tensor
+    radii: list[float]
+    lengths: list[int]
+    per_length: int
+
+    @property
+    def params(self) -> dict[str, object]:
+        """The grid as the parameters of a cached table's key."""
+        return {"A": self.A.tolist(), "V": self.V.tolist(), "radii": self.radii, "lengths": self.lengths,
+                "per_length": self.per_length}
+
+
+def ball_grid(A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor | Iterable[float], lengths: Iterable[int],
+              per_length: int) -> BallGrid:
+    """A checked :class:`BallGrid`: square ``A`` and ``V`` of one width, radii ``>= 0``, lengths ``>= 2``."""
+    for M, name in ((A, "A"), (V, "V")):
+        check_matrix(M, name, 2)
+        if M.shape[0] != M.shape[1] or M.shape[0] != A.shape[0]:
+            raise ValueError(f"A and V must be square matrices of one width; got {name} of shape {tuple(M.shape)} "
+                             f"with A of shape {tuple(A.shape)}")
+    return BallGrid(A.double(), V.double(), _grid(radii, "radii").tolist(), check_lengths(lengths, minimum=2),
+                    check_positive_int(per_length, "per_length"))

@@ -68,10 +68,10 @@ def test_cesaro_pairs_at_a_zero_are_the_operator_norm(gen: torch.Generator) -> N
     assert torch.allclose(ratios, expected, rtol=1e-9)
 
 
-def test_masked_chain_sweep_is_exact(tmp_path, monkeypatch: pytest.MonkeyPatch, gen: torch.Generator) -> None:
+def test_masked_chain_sweep_is_exact(tmp_path, monkeypatch: pytest.MonkeyPatch,
+                                     head_3: tuple[torch.Tensor, torch.Tensor]) -> None:
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
-    M = torch.randn(3, 3, generator=gen, dtype=F64)
-    A, V = (M + M.T) / 4, torch.randn(3, 3, generator=gen, dtype=F64) / 2
+    A, V = head_3
     table = masked_chain_sweep(A, V, [1.0], [4], per_length=2)
     assert len(table) == 2 * (2 + 2)
     eye = torch.eye(3, dtype=F64)

@@ -95,10 +95,9 @@ def test_light_atom_tends_to_the_own_query_term() -> None:
 
 
 def test_mean_field_bound_sweep_is_exact_and_bounded(tmp_path, monkeypatch: pytest.MonkeyPatch,
-                                                     gen: torch.Generator) -> None:
+                                                     head_3: tuple[torch.Tensor, torch.Tensor]) -> None:
     monkeypatch.setenv("LIPNB_CACHE_DIR", str(tmp_path))
-    M = torch.randn(3, 3, generator=gen, dtype=F64)
-    A, V = (M + M.T) / 4, torch.randn(3, 3, generator=gen, dtype=F64) / 2
+    A, V = head_3
     table = mean_field_bound_sweep(A, V, [0.5, 1.5], [2, 5], per_length=2)
     assert len(table) == 2 * 2 * 3
     a, v = torch.linalg.matrix_norm(A, ord=2), torch.linalg.matrix_norm(V, ord=2)

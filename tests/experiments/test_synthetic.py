@@ -16,6 +16,7 @@ from lipnb.core.jacobian import score_gaps
 from lipnb.experiments.stats import fit_line
 from lipnb.experiments.synthetic import (
     _large_radius_error,
+    ball_grid,
     lemma_c_7_constants,
     quadratic_growth_slopes,
     synthetic_bound_sweep,
@@ -79,3 +80,28 @@ def test_quadratic_growth_slopes_are_two(tmp_path, monkeypatch: pytest.MonkeyPat
     assert constants.shape == (4, 5) and slopes.shape == (4,)
     torch.testing.assert_close(table.pivot("radius", "replicate", "radius")[0], radii)
     assert bool(((slopes - 2).abs() < 0.05).all())
+
+
+def test_ball_grid_keeps_the_grid_in_float64(head_3: tuple[torch.Tensor, torch.Tensor]) -> None:
+    A, V = (M.float() for M in head_3)
+    grid = ball_grid(A, V, torch.tensor([0.5, 2.0]), (2, 5), 3)
+    assert grid.A.dtype == grid.V.dtype == torch.float64 and torch.equal(grid.A, A.double())
+    assert grid.params == {"A": A.double().tolist(), "V": V.double().tolist(), "radii": [0.5, 2.0],
+                           "lengths": [2, 5], "per_length": 3}
+
+
+@pytest.mark.parametrize(("A", "V", "radii", "lengths", "per_length", "error", "match"), [
+    (torch.eye(3), torch.eye(2), [1.0], [2], 1, ValueError, "one width"),
+    (torch.eye(3), torch.ones(3, 2), [1.0], [2], 1, ValueError, "square"),
+    (torch.ones(3), torch.eye(3), [1.0], [2], 1, ValueError, "dimensions"),
+    (torch.eye(3), torch.eye(3), "1.0", [2], 1, TypeError, "radii"),
+    (torch.eye(3), torch.eye(3), [-1.0], [2], 1, ValueError, "radii"),
+    (torch.eye(3), torch.eye(3), [], [2], 1, ValueError, "radii"),
+    (torch.eye(3), torch.eye(3), [1.0], [1], 1, ValueError, "lengths"),
+    (torch.eye(3), torch.eye(3), [1.0], [2], 0, ValueError, "per_length"),
+])
+def test_ball_grid_refuses_a_bad_grid_before_any_work(A: torch.Tensor, V: torch.Tensor, radii: object,
+                                                      lengths: object, per_length: int, error: type,
+                                                      match: str) -> None:
+    with pytest.raises(error, match=match):
+        ball_grid(A, V, radii, lengths, per_length)  # type: ignore[arg-type]
