@@ -43,7 +43,8 @@ KINDS = (
     "reference title repeated", "zero written as 0", "one with a plural", "template plural",
     "exponent with a caret outside math", "spaced multiplication sign", "chapter cited by a file number",
     "chapter cited by number", "page too long", "first figure too late", "no Colab note",
-    "display formula wider than its box", "result title buries its number",
+    "display formula wider than its box", "result title buries its number", "model id in the text",
+    "number in e-notation",
 )
 
 _NUM = r"[-−+]?\d+(?:\.\d+)?(?:e[-+−]?\d+)?"
@@ -87,6 +88,11 @@ ONE = re.compile(r"(?<![\w.,−-])1\s+([a-z]{2,})\b")
 TEMPLATE_PLURAL = re.compile(r"\b[a-z]+\(s\)|\b[a-z]+\(es\)")
 CARET = re.compile(r"[\w)]\^[\w({+\-−]")
 TIMES = re.compile(r"\d\s+[x×]\s+(?!\d)[a-z]{2,}")
+# A model's id where its name belongs ("minilm", "gpt2-random" in a table or a legend's text), and Python's e-notation
+# ("3e-07") where a reader reads a power of ten.
+MODEL_ID = re.compile(r"(?<![\w\-/.])(?:minilm(?:-decoder)?|gpt2-random(?::\d+)?|smollm2|llama-random(?:-norope)?)"
+                      r"(?![\w\-]|\.\w)")
+E_NOTATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+−]\d+(?![\w.])")
 # "chapter 22", "chapters 22/23"; not "Chapter 10 of Golub and Van Loan", another book's chapter
 CHAPTER_NUMBER = re.compile(r"\b[Cc]hapters?\s+(\d+(?:\s*(?:/|,|and|or|to|–|-)\s*\d+)*)(?!\d|\s+of\b)")
 
@@ -178,6 +184,10 @@ def prose_problems(texts: Iterable[tuple[str, str]], chapters: set[int]) -> list
             add("exponent with a caret outside math", where, text, m.start(), m.end(), "write it as math")
         for m in TIMES.finditer(text):
             add("spaced multiplication sign", where, text, m.start(), m.end(), 'write "4.8 times" or "4.8x"')
+        for m in MODEL_ID.finditer(text):
+            add("model id in the text", where, text, m.start(), m.end(), "name the model in words (model_title)")
+        for m in E_NOTATION.finditer(text):
+            add("number in e-notation", where, text, m.start(), m.end(), "write a power of ten, as state() does")
         for m in CHAPTER_NUMBER.finditer(text):
             numbers = {int(n) for n in re.findall(r"\d+", m[1])}
             if numbers - chapters:
