@@ -32,6 +32,8 @@ from .benchmark_schema import (
 __all__ = [
     "METHOD_LABELS",
     "PAPER_BASELINES",
+    "PEER_TITLES",
+    "PeerComparison",
     "benchmark_provenance",
     "benchmark_record",
     "benchmark_table",
@@ -39,6 +41,7 @@ __all__ = [
     "default_call",
     "lipnb_calls",
     "paper_profile_seconds",
+    "peer_comparisons",
     "record_path",
     "relative_errors",
     "speedup_decomposition",
@@ -124,6 +127,47 @@ def default_call(run: LipschitzRun | WorkloadRun) -> str:
 def lipnb_calls(run: WorkloadRun) -> dict[str, CallResult]:
     """The ``local_lipschitz`` calls of one run of ``bench/workloads.py``'s record (all but the paper's loops)."""
     return {method: entry for method, entry in run.methods.items() if method not in PAPER_BASELINES}
+
+
+# The peers ``bench/peers.py`` times, named as a reader meets them.
+PEER_TITLES = {"svds": "SciPy svds (ARPACK)", "lobpcg": "SciPy lobpcg"}
+
+
+@dataclass(frozen=True)
+class PeerComparison:
+    """One workload's default call against the peers a user would call instead (``bench/peers.py``), read from
+    the record: median CPU seconds, the speedup recomputed from them beside the one the record states, each
+    peer's largest relative error and the inputs its own stopping test left unconverged."""
+
+    workload: str
+    default_cpu: float
+    peer_cpu: dict[str, float]
+    speedup: dict[str, float]
+    recorded_speedup: dict[str, float]
+    max_rel_error: dict[str, float]
+    unconverged: dict[str, int]
+
+
+def peer_comparisons(record: WorkloadRecord) -> list[PeerComparison]:
+    """Every workload of ``record`` against its peers; ``ValueError`` where a workload timed other peers than
+    :data:`PEER_TITLES` (a record made before ``bench/peers.py``)."""
+    if not isinstance(record, WorkloadRecord):
+        raise TypeError(f"peer_comparisons: a WorkloadRecord, not {type(record).__name__}")
+    out = []
+    for run in record.runs:
+        peers = run.peers or {}
+        if sorted(peers) != sorted(PEER_TITLES) or not run.default_call.cpu_vs_peers:
+            raise ValueError(f"{workload_name(run, short=True)}: the record holds the peers {sorted(peers)}, not "
+                             f"{sorted(PEER_TITLES)}; retake it with bench/workloads.py")
+        ours = run.methods[default_call(run)].cpu.median
+        out.append(PeerComparison(
+            workload=workload_name(run, short=True), default_cpu=ours,
+            peer_cpu={name: peers[name].cpu.median for name in PEER_TITLES},
+            speedup={name: peers[name].cpu.median / ours for name in PEER_TITLES},
+            recorded_speedup={name: run.default_call.cpu_vs_peers[name] for name in PEER_TITLES},
+            max_rel_error={name: peers[name].max_rel_error for name in PEER_TITLES},
+            unconverged={name: run.batch - peers[name].converged for name in PEER_TITLES}))
+    return out
 
 
 def workload_name(run: WorkloadRun, short: bool = False) -> str:

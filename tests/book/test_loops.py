@@ -84,6 +84,8 @@ FORMATTING = {
     # methods of str, list and dict, and the values of tensors, arrays and frames read as numbers
     "append", "capitalize", "count", "endswith", "get", "index", "item", "items", "join", "keys", "lower", "lstrip",
     "replace", "rstrip", "split", "startswith", "strip", "title", "tolist", "upper", "values",
+    # lipnb's names in words for a table or a legend
+    "model_title", "workload_name",
 }
 
 

@@ -218,3 +218,22 @@ def test_workload_record_ships_and_tabulates() -> None:
             assert split is not None
             parts = split.linearize_cpu_s + split.products_cpu_s + split.solver_cpu_s
             assert parts == pytest.approx(split.cpu_s)
+
+
+def test_peer_comparisons_read_the_record_and_refuse_one_without_peers() -> None:
+    """The default call against SciPy's solvers, per workload: the speedups are the medians' ratios and agree
+    with the ones the record states; a record whose workloads timed no peers is refused by name."""
+    record = benchmark.benchmark_record("lipschitz-cpu-workloads")
+    assert isinstance(record, WorkloadRecord)
+    comparisons = benchmark.peer_comparisons(record)
+    assert len(comparisons) == len(record.runs)
+    for run, c in zip(record.runs, comparisons, strict=True):
+        for name in benchmark.PEER_TITLES:
+            assert c.speedup[name] == pytest.approx(run.peers[name].cpu.median / c.default_cpu)
+            assert c.speedup[name] == pytest.approx(c.recorded_speedup[name], rel=1e-9)
+            assert 0 <= c.unconverged[name] <= run.batch
+    bare = dataclasses.replace(record, runs=(dataclasses.replace(record.runs[0], peers=None),))
+    with pytest.raises(ValueError, match="retake it with bench/workloads.py"):
+        benchmark.peer_comparisons(bare)
+    with pytest.raises(TypeError, match="WorkloadRecord"):
+        benchmark.peer_comparisons(benchmark.benchmark_record("lipschitz-cpu"))  # type: ignore[arg-type]
