@@ -233,7 +233,7 @@ def test_peer_comparisons_read_the_record_and_refuse_one_without_peers() -> None
             assert c.speedup[name] == pytest.approx(c.recorded_speedup[name], rel=1e-9)
             assert 0 <= c.unconverged[name] <= run.batch
     bare = dataclasses.replace(record, runs=(dataclasses.replace(record.runs[0], peers=None),))
-    with pytest.raises(ValueError, match="retake it with bench/workloads.py"):
+    with pytest.raises(ValueError, match=r"retake it with bench/workloads\.py"):
         benchmark.peer_comparisons(bare)
     with pytest.raises(TypeError, match="WorkloadRecord"):
         benchmark.peer_comparisons(benchmark.benchmark_record("lipschitz-cpu"))  # type: ignore[arg-type]
