@@ -228,7 +228,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
             "margin: the slack relative to the threshold, 0 at the edge of failing</caption>"
             f"<thead><tr><th>claim</th><th>checked</th><th>margin</th></tr></thead><tbody>{rows}</tbody></table>"
             + "".join(_html_of(item) for item in extras))
-    page = f"<details class=\"lipnb-ledger\"><summary>{html.escape(summary)}</summary>{body}</details>"
+    page = f"<details class=\"lipnb-ledger\"><summary>{html.escape(as_written(summary))}</summary>{body}</details>"
     text = "\n".join([summary, *(e.line() for e in entries)])
     _LEDGER.clear()
     try:

@@ -81,6 +81,7 @@ def markdown_table(rows: object, formats: dict[str, str] | None = None, *, capti
     columns, cells = list(rows[0]), _cells(rows, formats or {})
     if not isinstance(caption, str) or not isinstance(name, str):
         raise TypeError("markdown_table: caption and name are text")
+    caption = as_written(caption)
 
     def escape(text: str) -> str:
         # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.

@@ -642,7 +642,8 @@ def test_the_reading_checks_find_each_planted_defect(browser: CDP) -> None:
     """Every kind of reading_checks.KINDS fires on the planted page, with the Colab cell shown as code; its good
     twin shows none (formulas, code spans, citations, URLs, intervals and indices are not read as defects)."""
     bad = READING_PLANTED.format(
-        prose=BAD_PROSE, header="lof_p", cell="True", gap=2600, svg=SVG, caption="the values (0.5, 0.7)",
+        prose=BAD_PROSE, header="lof_p", cell="True", gap=2600, svg=SVG,
+        caption="the values (0.5, 0.7) of gpt2-random, within 3e-07",
         output="{'minilm': 3}", formula=900, title=" (Jacobian of self-attention (Lemma C.2))", tail=8000,
         colab=COLAB_CELL,
     )
@@ -654,7 +655,8 @@ def test_the_reading_checks_find_each_planted_defect(browser: CDP) -> None:
     assert any(p.startswith("no Colab note") for p in problems), problems
     assert any("chapters 72/73" in p and "file number" in p for p in problems), problems
     good = READING_PLANTED.format(
-        prose=GOOD_PROSE, header="p-value", cell="yes", gap=0, svg=SVG, caption="a curve", output="profile: quick",
+        prose=GOOD_PROSE, header="p-value", cell="yes", gap=0, svg=SVG,
+        caption="a curve of random GPT-2, within 3 × 10⁻⁷", output="profile: quick",
         formula=300, title='<span class="proof-number">C.2</span> (Jacobian of self-attention)', tail=100,
         colab=COLAB_NOTE,
     )

@@ -43,8 +43,8 @@ def test_the_written_number_reads_back_as_the_formatted_one(x: float, fmt: str) 
 
 def test_state_and_tables_write_powers_of_ten() -> None:
     assert report.state("tiny", 3e-7) == "3 × 10⁻⁷"
-    table = report.markdown_table([{"error": 4.5e-15}], caption="An error")
-    assert "4.5 × 10⁻¹⁵" in table.to_html() and "e-15" not in table.to_html()
+    table = report.markdown_table([{"error": 4.5e-15}], caption="An error below 1e-14")
+    assert "4.5 × 10⁻¹⁵" in table.to_html() and "e-15" not in table.to_html() and "below 10⁻¹⁴" in table.to_html()
 
 
 def test_as_written_refuses_what_is_not_text() -> None:
