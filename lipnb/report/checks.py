@@ -68,6 +68,21 @@ def _fmt(x: float) -> str:
     return f"{x:.4g}"
 
 
+def _said(x: object) -> str:
+    """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number, a list
+    joined by commas, "none" for an empty one."""
+    if hasattr(x, "tolist"):
+        x = x.tolist()
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, float):
+        return f"{x:.12g}"
+    if isinstance(x, (list, tuple, set, frozenset)):
+        items = sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x
+        return "(" + ", ".join(map(_said, items)) + ")" if items else "none"
+    return str(x)
+
+
 def _pair(a: float, b: float) -> tuple[str, str]:
     """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart."""
     for digits in range(4, 18):
@@ -192,8 +207,8 @@ class Check:
     def equal(self, claim: str, value: object, expected: object, *, key: str = "") -> float:
         """``value == expected`` exactly (counts, labels, sets); margin 1 when it holds, -1 when not."""
         holds = bool(np.all(np.asarray(value == expected)))
-        return self._report(claim, holds, f"{value!r} = {expected!r} exactly", 1.0 if holds else -1.0, value, "==",
-                            expected, key=key)
+        return self._report(claim, holds, f"{_said(value)} = {_said(expected)} exactly", 1.0 if holds else -1.0,
+                            value, "==", expected, key=key)
 
 
 check = Check()

@@ -1,5 +1,5 @@
 """Numbers as a reader reads them: Python's e-notation ("3e-07", "1.5e+05") written as a power of ten
-("3 × 10⁻⁷", "1.5 × 10⁵"), in glued text, table cells and the ledger."""
+("3 × 10⁻⁷", "1.5 × 10⁵", with no-break spaces around the ×), in glued text, table cells and the ledger."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def _written(match: re.Match[str]) -> str:
     power = "10" + ("-" + digits if sign == "-" else digits).translate(_SUPERSCRIPT)
     if mantissa in ("1", "-1"):
         return power if mantissa == "1" else "−" + power
-    return f"{mantissa.replace('-', '−')} × {power}"
+    return f"{mantissa.replace('-', '−')}\u00a0×\u00a0{power}"  # no-break spaces: one unit on one line
 
 
 def as_written(text: str) -> str:

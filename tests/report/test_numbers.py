@@ -16,7 +16,7 @@ _DIGITS = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹", "-0123456789")
 
 def _read_back(text: str) -> float:
     """The number a reader sees in ``as_written``'s text, parsed independently of it."""
-    text = text.replace("−", "-")
+    text = text.replace("−", "-").replace("\u00a0", " ")
     if "10" in text and text.translate(_DIGITS) != text:
         mantissa, _, power = text.rpartition("10")
         mantissa = mantissa.replace("×", "").strip()
@@ -26,8 +26,8 @@ def _read_back(text: str) -> float:
 
 
 @pytest.mark.parametrize(("text", "written"), [
-    ("3e-07", "3 × 10⁻⁷"), ("below 1e-14", "below 10⁻¹⁴"), ("2.6e-03", "2.6 × 10⁻³"),
-    ("1.615e+05", "1.615 × 10⁵"), ("-4.5e-15", "−4.5 × 10⁻¹⁵"), ("rtol 1e-04, ok", "rtol 10⁻⁴, ok"),
+    ("3e-07", "3\u00a0×\u00a010⁻⁷"), ("below 1e-14", "below 10⁻¹⁴"), ("2.6e-03", "2.6\u00a0×\u00a010⁻³"),
+    ("1.615e+05", "1.615\u00a0×\u00a010⁵"), ("-4.5e-15", "−4.5\u00a0×\u00a010⁻¹⁵"), ("rtol 1e-04, ok", "rtol 10⁻⁴, ok"),
     ("2e+00", "2"), ("0.5", "0.5"), ("gpt2-random", "gpt2-random"), ("3e5a", "3e5a"), ("x1e-4", "x1e-4"),
 ])
 def test_e_notation_is_written_as_a_power_of_ten(text: str, written: str) -> None:
@@ -42,9 +42,10 @@ def test_the_written_number_reads_back_as_the_formatted_one(x: float, fmt: str) 
 
 
 def test_state_and_tables_write_powers_of_ten() -> None:
-    assert report.state("tiny", 3e-7) == "3 × 10⁻⁷"
+    assert report.state("tiny", 3e-7) == "3\u00a0×\u00a010⁻⁷"
     table = report.markdown_table([{"error": 4.5e-15}], caption="An error below 1e-14")
-    assert "4.5 × 10⁻¹⁵" in table.to_html() and "e-15" not in table.to_html() and "below 10⁻¹⁴" in table.to_html()
+    shown = table.to_html()
+    assert "4.5\u00a0×\u00a010⁻¹⁵" in shown and "e-15" not in shown and "below 10⁻¹⁴" in shown
 
 
 def test_as_written_refuses_what_is_not_text() -> None:

@@ -39,13 +39,17 @@ def test_an_equality_reads_as_an_equality() -> None:
     check.close("the closed form", 0.2505002, 0.2505, rtol=1e-6)
     check.close("exact to rounding", 1.0, 1.0, rtol=1e-12)
     check.equal("three clusters", 3, 3)
+    check.equal("refused", True, True)
+    check.equal("no stragglers", [], [])
+    check.equal("the labels", ("a", 0.5), ("a", 0.5))
     details = [e.detail for e in report.checks._LEDGER]
     assert details[0] == "1.000000000003 > 1"
     assert details[1] == "0.2505 ≤ 0.2505000000003"
     assert details[2] == "0.2505 = 0.2505 to rtol 1e-06"
     assert details[3] == "= to rtol 1e-12, every error ≤ half of it"
     assert details[4] == "3 = 3 exactly"
-    assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "=="]
+    assert details[5:] == ["yes = yes exactly", "none = none exactly", "(a, 0.5) = (a, 0.5) exactly"]
+    assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "=="]
 
 
 def test_verdict_and_margin_agree_on_arrays() -> None:
