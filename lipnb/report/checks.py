@@ -70,7 +70,7 @@ def _fmt(x: float) -> str:
 
 def _said(x: object) -> str:
     """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number, a list
-    joined by commas, "none" for an empty one."""
+    joined by commas without brackets, "none" for an empty one."""
     if hasattr(x, "tolist"):
         x = x.tolist()
     if isinstance(x, bool):
@@ -79,7 +79,7 @@ def _said(x: object) -> str:
         return f"{x:.12g}"
     if isinstance(x, (list, tuple, set, frozenset)):
         items = sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x
-        return "(" + ", ".join(map(_said, items)) + ")" if items else "none"
+        return ", ".join(map(_said, items)) if items else "none"  # no brackets: a reader reads no repr
     return str(x)
 
 

@@ -48,7 +48,7 @@ def test_an_equality_reads_as_an_equality() -> None:
     assert details[2] == "0.2505 = 0.2505 to rtol 1e-06"
     assert details[3] == "= to rtol 1e-12, every error ≤ half of it"
     assert details[4] == "3 = 3 exactly"
-    assert details[5:] == ["yes = yes exactly", "none = none exactly", "(a, 0.5) = (a, 0.5) exactly"]
+    assert details[5:] == ["yes = yes exactly", "none = none exactly", "a, 0.5 = a, 0.5 exactly"]
     assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "=="]
 
 
