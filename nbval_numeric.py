@@ -33,14 +33,28 @@ __all__ = ["DEFAULT_ATOL", "DEFAULT_RTOL", "harmonize_outputs", "harmonize_text"
 DEFAULT_RTOL = 1e-9
 DEFAULT_ATOL = 0.0
 
-# A decimal number not glued to a word: "log2" and "x1" are text, "0.6-1" is 0.6 and 1, "1e-12" is one number.
-NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?(?![\w.])")
+# A decimal number not glued to a word: "log2" and "x1" are text, "0.6-1" is 0.6 and 1, "1e-12" is one number,
+# and so is a power of ten as lipnb.report writes it ("3.4 × 10⁻⁷", "10⁻¹⁴", no-break spaces or plain ones).
+_SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
+_POWER = rf"(?:[-+−]?(?:\d+\.\d*|\d+)[\u00a0 ]×[\u00a0 ])?−?10⁻?[{_SUPERSCRIPTS}]+"
+NUMBER = re.compile(rf"(?<![\w.])(?:{_POWER}|[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?![\w.])")
+_AS_E = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹−", "-0123456789-")
+
+
+def _e_notation(token: str) -> str:
+    """``token`` in e-notation: "3.4 × 10⁻⁷" -> "3.4e-7", "10⁻¹⁴" -> "1e-14"; other numbers as they are."""
+    if "10" not in token or not any(c in token for c in _SUPERSCRIPTS):
+        return token
+    mantissa, _, power = token.replace("\u00a0", " ").rpartition("10")
+    mantissa = mantissa.replace("×", "").strip().translate(_AS_E)
+    mantissa = {"": "1", "-": "-1"}.get(mantissa, mantissa)
+    return f"{mantissa}e{power.translate(_AS_E)}"
 _TAG = re.compile(r"^nbval-(rtol|atol)=(.+)$")
 
 
 def unit_in_last_place(token: str) -> float:
     """One unit in the last printed digit of ``token`` ("0.1303" -> 1e-4, "2.5e-07" -> 1e-08); 0 for integers."""
-    mantissa, _, exponent = token.lower().partition("e")
+    mantissa, _, exponent = _e_notation(token).lower().partition("e")
     if "." not in mantissa and not exponent:
         return 0.0
     decimals = len(mantissa.partition(".")[2])
@@ -48,7 +62,7 @@ def unit_in_last_place(token: str) -> float:
 
 
 def _close(stored: str, new: str, rtol: float, atol: float) -> bool:
-    a, b = float(stored), float(new)
+    a, b = float(_e_notation(stored)), float(_e_notation(new))
     if not (math.isfinite(a) and math.isfinite(b)):
         return False
     slack = atol + rtol * abs(a) + max(unit_in_last_place(stored), unit_in_last_place(new))

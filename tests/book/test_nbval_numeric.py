@@ -99,3 +99,14 @@ def test_nbval_runs_through_the_plugin(tmp_path: Path) -> None:
     assert good.returncode == 0, good.stdout[-2000:]
     assert bad.returncode == 1, bad.stdout[-2000:]
     assert "0.5" in bad.stdout
+
+
+def test_a_power_of_ten_is_one_number() -> None:
+    """lipnb.report writes "3.4 × 10⁻⁷" (no-break spaces): compared as 3.4e-7, within one unit in its last digit,
+    against a stored "0.0" or another power of ten; a change beyond it still fails."""
+    power = "3.4\u00a0×\u00a010⁻⁷"
+    assert harmonize_text("'0.0'", f"'{power}'") == "'0.0'"
+    assert harmonize_text(power, "3.5\u00a0×\u00a010⁻⁷") == power
+    assert harmonize_text(power, "3.9\u00a0×\u00a010⁻⁷") == "3.9\u00a0×\u00a010⁻⁷"
+    assert harmonize_text("below 10⁻¹⁴", "below 3\u00a0×\u00a010⁻¹²") == "below 3\u00a0×\u00a010⁻¹²"
+    assert unit_in_last_place(power) == pytest.approx(1e-8) and unit_in_last_place("10⁻¹⁴") == pytest.approx(1e-14)
