@@ -36,7 +36,9 @@ DEFAULT_ATOL = 0.0
 # A decimal number not glued to a word: "log2" and "x1" are text, "0.6-1" is 0.6 and 1, "1e-12" is one number,
 # and so is a power of ten as lipnb.report writes it ("3.4 × 10⁻⁷", "10⁻¹⁴", no-break spaces or plain ones).
 _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
-_POWER = rf"(?:[-+−]?(?:\d+\.\d*|\d+)[\u00a0 ]×[\u00a0 ])?−?10⁻?[{_SUPERSCRIPTS}]+"
+# The space around "×" is a no-break space, or its escape "\xa0" in a glued value's stored repr.
+_SPACE = r"(?:\u00a0|\\xa0| )"
+_POWER = rf"(?:[-+−]?(?:\d+\.\d*|\d+){_SPACE}×{_SPACE})?−?10⁻?[{_SUPERSCRIPTS}]+"
 NUMBER = re.compile(rf"(?<![\w.])(?:{_POWER}|[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?![\w.])")
 _AS_E = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹−", "-0123456789-")
 
@@ -45,7 +47,7 @@ def _e_notation(token: str) -> str:
     """``token`` in e-notation: "3.4 × 10⁻⁷" -> "3.4e-7", "10⁻¹⁴" -> "1e-14"; other numbers as they are."""
     if "10" not in token or not any(c in token for c in _SUPERSCRIPTS):
         return token
-    mantissa, _, power = token.replace("\u00a0", " ").rpartition("10")
+    mantissa, _, power = token.replace("\\xa0", " ").replace("\u00a0", " ").rpartition("10")
     mantissa = mantissa.replace("×", "").strip().translate(_AS_E)
     mantissa = {"": "1", "-": "-1"}.get(mantissa, mantissa)
     return f"{mantissa}e{power.translate(_AS_E)}"

@@ -106,6 +106,8 @@ def test_a_power_of_ten_is_one_number() -> None:
     against a stored "0.0" or another power of ten; a change beyond it still fails."""
     power = "3.4\u00a0×\u00a010⁻⁷"
     assert harmonize_text("'0.0'", f"'{power}'") == "'0.0'"
+    stored_repr = repr(power)  # a glued value's text/plain: its repr, the no-break spaces escaped
+    assert "\\xa0" in stored_repr and harmonize_text(stored_repr, "'0.0'") == stored_repr
     assert harmonize_text(power, "3.5\u00a0×\u00a010⁻⁷") == power
     assert harmonize_text(power, "3.9\u00a0×\u00a010⁻⁷") == "3.9\u00a0×\u00a010⁻⁷"
     assert harmonize_text("below 10⁻¹⁴", "below 3\u00a0×\u00a010⁻¹²") == "below 3\u00a0×\u00a010⁻¹²"
