@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ..arguments import as_radius, check_lengths, check_positive_int
+from ..arguments import check_lengths, check_positive_int
 from ..core.attention import self_attention
 from ..core.bounds import lemma_c_7, theorem_3_3, theorem_c_3
 from ..core.dense import exact_local_lipschitz
@@ -16,7 +16,7 @@ from ..core.inputs import ball_tokens, lemma_c_7_input, real_eigenpairs
 from ..core.lipschitz import local_lipschitz
 from ..core.measures import masked_mean_field, masked_mean_field_ratio
 from ..results import ResultTable, cached_table, progress
-from .synthetic import ball_grid
+from .synthetic import ball_grid, radius_grid
 
 __all__ = [
     "cesaro_matrix",
@@ -73,7 +73,7 @@ def masked_growth_sweep(A: torch.Tensor, radii: Iterable[float], lengths: Iterab
     """Theorem 4.3 in ``n`` (``V = I``): the masked local constant at Lemma C.7's input (``inputs = "adversarial"``,
     its positive case, Lanczos to ``1e-6``) and the largest over ``per_length`` inputs uniform in ``B_R^n``
     (``"random"``), for each radius and length. A cached table."""
-    radii_t = as_radius(torch.as_tensor(list(radii), dtype=torch.float64), "radii")
+    radii_t = radius_grid(radii, "radii")
     lengths, per_length = check_lengths(lengths, minimum=2), check_positive_int(per_length, "per_length")
     A = A.double()
     params = {"A": A.tolist(), "radii": radii_t.tolist(), "lengths": lengths, "per_length": per_length}
@@ -134,7 +134,7 @@ def masked_mean_field_sweep(A: torch.Tensor, V: torch.Tensor, radii: Iterable[fl
     Per row (``kind = "random"``, one per measure and distance) the ratio of conditional Wasserstein distances;
     and per measure (``kind = "top"``) the ratio along the top singular vector of the block-masked atom map at a
     step ``1e-6 R``, with that map's local constant ``local`` (Lanczos to ``1e-10``). A cached table."""
-    radii_t = as_radius(torch.as_tensor(list(radii), dtype=torch.float64), "radii")
+    radii_t = radius_grid(radii, "radii")
     positions, atoms = check_positive_int(positions, "positions"), check_positive_int(atoms, "atoms")
     measures = check_positive_int(measures, "measures")
     scales = [float(s) for s in distances]

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 
 import torch
 
-from ..arguments import as_radius, check_bool, check_positive_int, check_tokens
+from ..arguments import check_bool, check_positive_int, check_tokens
 from ..core.attention import MultiHead, single_head
 from ..core.bounds import theorem_c_3, theorem_e_3, theorem_e_3_sharpened
 from ..core.dense import exact_local_lipschitz
@@ -19,6 +19,7 @@ from ..data import dataset_text, token_sequences
 from ..models.loading import load
 from ..models.maps import attention_inputs, head_matrices
 from ..results import ResultTable, cached_table, progress
+from .synthetic import radius_grid
 
 __all__ = ["bias_ascent_sweep", "layer_ladder", "lemma_3_8_ladder", "lemma_e_2_jvp", "theorem_e_3_per_head",
            "without_biases"]
@@ -92,7 +93,7 @@ def bias_ascent_sweep(radii: Iterable[float], *, n: int = 4, d: int = 3, starts:
 
     Per radius: ``best`` (the largest constant found), ``sharpened``, ``stated`` (Theorem E.3) and ``data_bound``
     (Theorem C.3 with the score bias, at the best input). A cached table."""
-    radii_t = as_radius(torch.as_tensor(list(radii), dtype=torch.float64), "radii")
+    radii_t = radius_grid(radii, "radii")
     n, d = check_positive_int(n, "n", 2), check_positive_int(d, "d")
     starts, steps = check_positive_int(starts, "starts"), check_positive_int(steps, "steps")
     seed = check_positive_int(seed, "seed", 0)

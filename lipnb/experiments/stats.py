@@ -42,6 +42,7 @@ __all__ = [
     "mean_curve_slope",
     "power_law_break",
     "side",
+    "side_phrase",
     "student_interval",
 ]
 
@@ -289,3 +290,16 @@ def side(low: float, high: float, threshold: float = 0.5, margin: float = EXPONE
     if high < threshold:
         return "below" + ("" if threshold - high >= margin else ", within the margin")
     return "contains it"
+
+
+def side_phrase(low: float, high: float, threshold: float = 0.5, margin: float = EXPONENT_MARGIN,
+                name: str = "1/2") -> str:
+    """:func:`side` as a phrase that reads in a sentence, the threshold named: "above 1/2", "below 1/2 by less
+    than the margin", "containing 1/2"."""
+    if not isinstance(name, str) or not name.strip():
+        raise TypeError("side_phrase: name is the threshold written as text, e.g. '1/2'")
+    verdict = side(low, high, threshold, margin)
+    if verdict == "contains it":
+        return f"containing {name}"
+    where, _, near = verdict.partition(", ")
+    return f"{where} {name}" + (" by less than the margin" if near else "")

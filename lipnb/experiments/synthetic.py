@@ -33,6 +33,7 @@ __all__ = [
     "large_radius_sweep",
     "lemma_c_7_constants",
     "quadratic_growth_slopes",
+    "radius_grid",
     "synthetic_bound_sweep",
 ]
 
@@ -51,7 +52,7 @@ def large_radius_sweep(X: torch.Tensor, A: torch.Tensor, V: torch.Tensor, radii:
         raise ValueError(f"X must hold one sequence, shape (1, n, d); got shape {tuple(X.shape)}")
     masked = check_bool(masked, "masked")
     X, A, V = X.double(), A.double(), V.double()
-    R = _grid(radii, "radii").reshape(-1, 1, 1)
+    R = radius_grid(radii, "radii").reshape(-1, 1, 1)
     J = jacobian_matrix(lambda Z: self_attention(Z, A, V, masked=masked), R * X)
     S = selection_jacobian(X, A, V, masked=masked)
     columns = {"radius": R.flatten(), "error": torch.linalg.matrix_norm(J - S, ord=2),
@@ -77,7 +78,7 @@ def quadratic_growth_slopes(n: int, d: int, radii: torch.Tensor, replicates: int
 
     n, d = check_positive_int(n, "n", 2), check_positive_int(d, "d")
     replicates, seed = check_positive_int(replicates, "replicates"), check_positive_int(seed, "seed", 0)
-    radii = _grid(radii, "radii", positive=True)
+    radii = radius_grid(radii, "radii", positive=True)
     params = {"n": n, "d": d, "radii": radii.tolist(), "replicates": replicates, "seed": seed}
 
     def compute() -> dict[str, torch.Tensor]:
@@ -145,8 +146,9 @@ def synthetic_bound_sweep(d: int, seed: int, R: float, lengths: Iterable[int], p
     return cached_table("synthetic_bound_sweep", params, compute)
 
 
-def _grid(values: torch.Tensor | Iterable[float], name: str, *, positive: bool = False) -> torch.Tensor:
-    """A non-empty 1-D grid of finite radii ``>= 0`` (``> 0`` when ``positive``: a log is taken), float64."""
+def radius_grid(values: torch.Tensor | Iterable[float], name: str, *, positive: bool = False) -> torch.Tensor:
+    """A sweep's grid of radii, checked: a non-empty 1-D grid of finite radii ``>= 0`` (``> 0`` when ``positive``: a
+    log is taken), float64; a string, a boolean tensor or a nested list is a ``TypeError``/``ValueError``."""
     if isinstance(values, str | bytes) or (isinstance(values, torch.Tensor) and values.dtype == torch.bool):
         raise TypeError(f"{name} must be a 1-D tensor or a list of numbers; got {type(values).__name__}")
     try:
@@ -187,5 +189,5 @@ def ball_grid(A: torch.Tensor, V: torch.Tensor, radii: torch.Tensor | Iterable[f
         if M.shape[0] != M.shape[1] or M.shape[0] != A.shape[0]:
             raise ValueError(f"A and V must be square matrices of one width; got {name} of shape {tuple(M.shape)} "
                              f"with A of shape {tuple(A.shape)}")
-    return BallGrid(A.double(), V.double(), _grid(radii, "radii").tolist(), check_lengths(lengths, minimum=2),
+    return BallGrid(A.double(), V.double(), radius_grid(radii, "radii").tolist(), check_lengths(lengths, minimum=2),
                     check_positive_int(per_length, "per_length"))

@@ -11,7 +11,7 @@ tightest margin 0.012") and stores its entries as data, which :func:`read_ledger
 The margin of a check is its slack relative to the threshold: ``(bound - value) / |bound|`` for an upper
 bound, ``1 - |value - reference| / tolerance`` for closeness. It is 0 at the edge of failing and negative
 when the check fails. An upper bound or a closeness that holds with a margin of at least 0.5 is reported
-as such ("= to rtol 1e-12, every error ≤ half of it", margin 0.5): its exact value is often rounding noise,
+as such ("= within a relative 1e-12, every error ≤ half of it", margin 0.5): its exact value is often rounding noise,
 whose digits would differ from one CPU to another.
 """
 
@@ -69,14 +69,15 @@ def _fmt(x: float) -> str:
 
 
 def _said(x: object) -> str:
-    """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number, a list
+    """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number (∞ for an
+    infinity), a list
     joined by commas without brackets, "none" for an empty one."""
     if hasattr(x, "tolist"):
         x = x.tolist()
     if isinstance(x, bool):
         return "yes" if x else "no"
     if isinstance(x, float):
-        return f"{x:.12g}"
+        return ("∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:.12g}"
     if isinstance(x, (list, tuple, set, frozenset)):
         items = sorted(x, key=repr) if isinstance(x, (set, frozenset)) else x
         return ", ".join(map(_said, items)) if items else "none"  # no brackets: a reader reads no repr
@@ -193,15 +194,15 @@ class Check:
         tol = atol + rtol * np.abs(r)
         ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
         i = int(np.argmax(ratio))
-        tol_text = f"rtol {rtol:.0e}" if atol == 0 else f"atol {atol:.0e}" if rtol == 0 else \
-            f"atol {atol:.0e} + rtol {rtol:.0e}"
+        tol_text = f"a relative {rtol:.0e}" if atol == 0 else f"{atol:.0e}" if rtol == 0 else \
+            f"{atol:.0e} + a relative {rtol:.0e}"
         holds = bool((err <= tol).all())
         margin = 1.0 - float(ratio.flat[i])
         if holds and margin >= FAR:
             # Comfortably inside: which element is the worst, and by how much, is decided by noise (see FAR).
-            return self._report(claim, True, f"= to {tol_text}, every error ≤ half of it", FAR, None, "=", tol_text,
+            return self._report(claim, True, f"= within {tol_text}, every error ≤ half of it", FAR, None, "=", tol_text,
                                 key=key)
-        return self._report(claim, holds, f"{_fmt(v.flat[i])} = {_fmt(r.flat[i])} to {tol_text}", margin,
+        return self._report(claim, holds, f"{_fmt(v.flat[i])} = {_fmt(r.flat[i])} within {tol_text}", margin,
                             v.flat[i], "=", r.flat[i], key=key)
 
     def equal(self, claim: str, value: object, expected: object, *, key: str = "") -> float:
@@ -222,6 +223,15 @@ def _html_of(item: object) -> str:
     return f"<pre>{html.escape(str(item))}</pre>"
 
 
+# A title set in italics in a claim, Markdown's way: "*Alice*".
+_EMPHASIS = re.compile(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
+
+
+def _claim_html(claim: str) -> str:
+    """A claim as HTML: its numbers as written, escaped, and a ``*title*`` in italics."""
+    return _EMPHASIS.sub(r"<em>\1</em>", html.escape(as_written(claim)))
+
+
 def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:
     """Show the checks run since the last call as one folded block, and store them as data; call it last.
 
@@ -235,7 +245,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
         raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
     entries, tightest = list(_LEDGER), min(e.margin for e in _LEDGER)
     summary = f"{title}: {len(entries)} checks, tightest margin {tightest:.2g}"
-    rows = "".join(f"<tr><td>{html.escape(as_written(e.claim))}</td><td>{html.escape(as_written(e.detail))}</td>"
+    rows = "".join(f"<tr><td>{_claim_html(e.claim)}</td><td>{html.escape(as_written(e.detail))}</td>"
                    f"<td>{as_written(f'{e.margin:.2g}')}</td>"
                    "</tr>" for e in entries)
     extras = [extra] if isinstance(extra, str) or not isinstance(extra, Sequence) else list(extra)

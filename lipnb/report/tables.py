@@ -55,7 +55,7 @@ def _cells(rows: list[dict[str, object]], formats: dict[str, str]) -> list[list[
     return [[cell(c, row[c]) for c in row] for row in rows]
 
 
-def frame_table(table: object, caption: str, fmt: str = ".3g", *, name: str = "") -> Table:
+def frame_table(table: object, caption: str, fmt: str = ".3g", *, name: str = "", numbered: bool = True) -> Table:
     """A pandas DataFrame as :func:`markdown_table`: its index as leading columns (none for a plain range index),
     a multi-level column's levels joined by ", ", every float column formatted with ``fmt``."""
     if not hasattr(table, "reset_index") or not hasattr(table, "dtypes"):
@@ -65,23 +65,33 @@ def frame_table(table: object, caption: str, fmt: str = ".3g", *, name: str = ""
     flat = flat.set_axis([", ".join(str(c) for c in col if c != "") if isinstance(col, tuple)
                           else "" if col == "index" else str(col) for col in flat.columns], axis=1)
     formats = {column: fmt for column, dtype in zip(flat.columns, flat.dtypes, strict=True) if dtype.kind == "f"}
-    return markdown_table(flat.to_dict("records"), formats, caption=caption, name=name)
+    return markdown_table(flat.to_dict("records"), formats, caption=caption, name=name, numbered=numbered)
 
 
 def markdown_table(rows: object, formats: dict[str, str] | None = None, *, caption: str = "",
-                   name: str = "") -> Table:
+                   name: str = "", numbered: bool = True) -> Table:
     """``rows`` (one dict per row, same keys, or a DataFrame) as a captioned table for ``display``.
 
     ``caption`` says what the cells are (e.g. "fitted exponent [95% bootstrap interval]"); a table without
     one is flagged by the book's tests. ``name`` labels it for ``{numref}``. Cells are text as given (so they
     may hold ``{ref}`` links or ``$math$``); numbers are formatted with the column's format (default ``.3g``);
     a missing value (None, NaN) is a dash. A ``|`` inside a cell is escaped, and LaTeX's ``\\|`` written ``\\Vert``.
+
+    ``numbered=False`` is for a table the chapter folds (a hidden output): it is shown as an HTML table with its
+    caption, which the book does not number, so the numbers of the tables a reader sees run on without a gap. Its
+    caption and cells are plain text (no ``$math$``, no roles), and it cannot be named.
     """
     rows = _rows(rows)
     columns, cells = list(rows[0]), _cells(rows, formats or {})
     if not isinstance(caption, str) or not isinstance(name, str):
         raise TypeError("markdown_table: caption and name are text")
     caption = as_written(caption)
+    if not isinstance(numbered, bool):
+        raise TypeError("markdown_table: numbered is True or False")
+    if not numbered and (name or not caption.strip()):
+        raise ValueError("markdown_table: an unnumbered table has a caption and no name (nothing can cite it)")
+    if not numbered and any("$" in t or "{" in t for t in [caption, *columns, *(c for row in cells for c in row)]):
+        raise ValueError("markdown_table: an unnumbered table is plain HTML: no $math$ or {role} in its text")
 
     def escape(text: str) -> str:
         # A table cell cannot hold a bare "|": LaTeX's norm "\|" becomes "\Vert", any other "|" is escaped.
@@ -97,6 +107,8 @@ def markdown_table(rows: object, formats: dict[str, str] | None = None, *, capti
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     table = (f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
              f"<tbody>{body}</tbody></table>")
+    if not numbered:
+        return Table(table.replace("<table>", '<table class="table">', 1), table)
     return Table(markdown, table)
 
 
@@ -105,9 +117,11 @@ def summary_table(rows: object, full: object, formats: dict[str, str] | None = N
     """A few rows a reader reads (``rows``), captioned, with the whole table (``full``) folded below it.
 
     For a frame of dozens of rows: choose the rows that answer the question (one per model, the extremes);
-    the full table stays one click away, in a dropdown under the same caption.
+    the full table stays one click away, in a dropdown titled as the whole of the table above. The folded copy has
+    no caption of its own, so the book does not number it: the table numbers a reader sees run on without a gap.
     """
     shown, whole = markdown_table(rows, formats, caption=caption, name=name), _rows(full)
-    folded = markdown_table(whole, formats, caption=f"{caption} (all {len(whole)} rows)")
-    markdown = f"{shown.data}\n\n::::{{dropdown}} The full table ({len(whole)} rows)\n{folded.data}\n::::"
-    return Table(markdown, shown.to_html() + folded.to_html())
+    folded = markdown_table(whole, formats)
+    title = f"All {len(whole)} rows of the table above"
+    markdown = f"{shown.data}\n\n::::{{dropdown}} {title}\n{folded.data}\n::::"
+    return Table(markdown, shown.to_html() + f"<p>{html.escape(title)}</p>" + folded.to_html())

@@ -219,3 +219,28 @@ def layout_problems(metrics: dict, note: str | None, chapter: bool, long_ok: boo
 def kind_of(problem: str) -> str | None:
     """The kind of ``problem`` (one of :data:`KINDS`), or None for the page checks that have no allow-list."""
     return next((k for k in KINDS if problem.startswith(k)), None)
+
+
+# A check's claim is read in its ledger and in the tightest-checks table as plain text, where no formula is set: its
+# maths is written in Unicode (‖V‖₂, √n, 2²⁰, γₕ, k × k, ≤) and its names in words.
+CLAIM_ASCII = {
+    "underscore (a subscript or a code name)": re.compile(r"_"),
+    "caret (an exponent)": re.compile(r"\^"),
+    "sqrt written out": re.compile(r"\bsqrt\b"),
+    "norm bars as ||": re.compile(r"\|\|"),
+    "ASCII comparison or arrow": re.compile(r"<=|>=|!=|==|->"),
+    "asterisk (Markdown emphasis or a star)": re.compile(r"\*"),
+    "backtick": re.compile(r"`"),
+    "x as a multiplication sign": re.compile(r"(?<![\w.])[\w.]{1,4} x [\w.]{1,4}(?![\w.])"),
+    "a code word": re.compile(r"\b(?:mha|numpy|scipy|torch|rtol|atol)\b"),
+}
+
+
+TITLE_IN_ITALICS = re.compile(r"(?<![\w*])\*[^*\s][^*]*?\*(?![\w*])")  # "*Alice*", which the ledger sets in italics
+
+
+def claim_problems(claim: str) -> list[str]:
+    """What in a check's claim is ASCII maths or code rather than text: one entry per kind found, with the match."""
+    plain = TITLE_IN_ITALICS.sub("title", claim)
+    return [f"{kind}: {m.group()!r} in {claim!r}" for kind, pattern in CLAIM_ASCII.items()
+            if (m := pattern.search(plain))]

@@ -61,7 +61,7 @@ LOOP_ALLOWANCE: dict[str, int] = {
     "published_real_data": 9,
     "quadratic_growth": 2,
     "random_start": 14,
-    "real_text": 8,
+    "real_text": 7,
     "results_at_a_glance": 29,
     "rotary_heads": 4,
     "self_attention": 8,

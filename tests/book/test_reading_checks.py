@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from reading_checks import CODE, END, LINK, MATH, kind_of, layout_problems, prose_problems
+from pathlib import Path
+
+import pytest
+from reading_checks import CODE, END, LINK, MATH, claim_problems, kind_of, layout_problems, prose_problems
+
+from lipnb.report import read_ledger
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "book").glob("*.ipynb"))
 
 CHAPTERS = set(range(1, 22))
 
@@ -53,3 +60,22 @@ def test_layout() -> None:
                                                                              "on screen 4")
     assert none.startswith("no Colab note")
     assert layout_problems({"height": 20000, "first_figure": None}, None, False, long_ok=True) == []
+
+
+def test_a_claim_in_ascii_maths_or_code_is_found() -> None:
+    """Each kind fires on its planted claim; the same claims in Unicode and words pass."""
+    bad = ["Lip_X(f) ≤ Theorem C.3", "the exact constant is above the bound for n up to 2^20 + 1",
+           "grows at the sqrt n rate", "the limit is ||V||₂ √n", "for γR² >= 10", "R*: the bound", "`f` is exact",
+           "γ from the k x k reduction", "mha: the closed form equals the module", "the W_c ratio"]
+    assert [len(claim_problems(c)) for c in bad] == [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]
+    good = ["Lip(f) at X ≤ Theorem C.3", "above the bound for n up to 2²⁰ + 1", "grows at the √n rate",
+            "the limit is ‖V‖₂ √n", "for γR² ≥ 10", "R⋆: the bound", "γₕ from the k × k reduction",
+            "MiniLM layer 2, 32 windows of *Alice*, n = 128: every estimate converged", "exceeds x by 2"]
+    assert [claim_problems(c) for c in good] == [[]] * len(good)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_stored_claim_is_written_as_text(notebook: Path) -> None:
+    """A claim is read as plain text (its ledger, the tightest-checks table): no ASCII maths, no code words."""
+    found = [p for entry in read_ledger([notebook]) for p in claim_problems(entry.claim)]
+    assert not found, "\n".join(found)

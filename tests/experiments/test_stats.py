@@ -19,6 +19,7 @@ from lipnb.experiments.stats import (
     local_slopes,
     mean_curve_slope,
     side,
+    side_phrase,
     student_interval,
 )
 
@@ -110,6 +111,17 @@ def test_side_places_an_interval_against_a_threshold_with_its_margin() -> None:
     assert side(0.3, 0.48, 0.5, 0.05) == "below, within the margin"
     assert side(0.45, 0.55, 0.5, 0.05) == "contains it"
     assert side(0.52, 0.7) == "above, within the margin" and EXPONENT_MARGIN == 0.05
+
+
+def test_side_phrase_reads_in_a_sentence() -> None:
+    assert [side_phrase(*i) for i in ((0.6, 0.7), (0.52, 0.7), (0.3, 0.4), (0.3, 0.48), (0.45, 0.55))] == [
+        "above 1/2", "above 1/2 by less than the margin", "below 1/2", "below 1/2 by less than the margin",
+        "containing 1/2"]
+    assert side_phrase(0.1, 0.2, 0.0, 0.05, "0") == "above 0"
+    with pytest.raises(TypeError, match="name"):
+        side_phrase(0.1, 0.2, name="")
+    with pytest.raises(ValueError):
+        side_phrase(0.7, 0.6)
 
 
 def test_mean_curve_slope_is_the_student_line_through_the_means_by_hand() -> None:

@@ -20,7 +20,7 @@ from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConf
 from lipnb import data, models, profiles, results
 from lipnb.core import bounds
 from lipnb.core.attention import MultiHead
-from lipnb.experiments import adversarial, real_text, stats, synthetic
+from lipnb.experiments import adversarial, masked, multihead, real_text, stats, synthetic
 
 F64 = torch.float64
 VOCAB, POSITIONS, WIDTH, LAYERS, HEADS = 50, 12, 16, 2, 4
@@ -393,3 +393,14 @@ def test_a_pandas_column_of_a_group_is_read_as_points() -> None:
     frame = pd.DataFrame({"n": [1, 2, 3, 4], "g": [0, 1, 0, 1]})
     group = frame[frame.g == 1]["n"]
     assert as_points(group, "n").tolist() == [2.0, 4.0]
+
+
+@pytest.mark.parametrize("sweep", ["masked_growth", "masked_mean_field", "bias_ascent"])
+@pytest.mark.parametrize("radii", ["1 2", [], [[1.0, 2.0]], torch.tensor([True]), [-1.0], [float("nan")]])
+def test_the_masked_and_bias_sweeps_check_their_radii_as_the_synthetic_ones(sweep: str, radii: object) -> None:
+    """One check of a grid of radii for every sweep over radii, before any work."""
+    A = torch.eye(2, dtype=F64)
+    call = {"masked_growth": lambda: masked.masked_growth_sweep(A, radii, [2, 4]),
+            "masked_mean_field": lambda: masked.masked_mean_field_sweep(A, A, radii),
+            "bias_ascent": lambda: multihead.bias_ascent_sweep(radii)}[sweep]
+    refused(call, "radii")

@@ -42,14 +42,15 @@ def test_an_equality_reads_as_an_equality() -> None:
     check.equal("refused", True, True)
     check.equal("no stragglers", [], [])
     check.equal("the labels", ("a", 0.5), ("a", 0.5))
+    check.equal("no coupling", float("inf"), float("inf"))
     details = [e.detail for e in report.checks._LEDGER]
     assert details[0] == "1.000000000003 > 1"
     assert details[1] == "0.2505 ≤ 0.2505000000003"
-    assert details[2] == "0.2505 = 0.2505 to rtol 1e-06"
-    assert details[3] == "= to rtol 1e-12, every error ≤ half of it"
+    assert details[2] == "0.2505 = 0.2505 within a relative 1e-06"
+    assert details[3] == "= within a relative 1e-12, every error ≤ half of it"
     assert details[4] == "3 = 3 exactly"
-    assert details[5:] == ["yes = yes exactly", "none = none exactly", "a, 0.5 = a, 0.5 exactly"]
-    assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "=="]
+    assert details[5:] == ["yes = yes exactly", "none = none exactly", "a, 0.5 = a, 0.5 exactly", "∞ = ∞ exactly"]
+    assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "==", "=="]
 
 
 def test_verdict_and_margin_agree_on_arrays() -> None:
@@ -124,7 +125,7 @@ def test_ledger_shows_one_folded_block_and_stores_full_precision(tmp_path: Path,
     path.write_text(json.dumps(nb))
     tight, far, count = report.read_ledger([path])
     assert tight.chapter == "09_demo" and tight.value == 0.987654321987 and tight.margin == pytest.approx(0.012345678)
-    assert (far.op, far.margin, far.value, far.threshold) == ("=", 0.5, None, "rtol 1e-12")
+    assert (far.op, far.margin, far.value, far.threshold) == ("=", 0.5, None, "a relative 1e-12")
     assert (count.op, count.value) == ("==", 3.0)
     with pytest.raises(RuntimeError, match="no check ran"):
         report.ledger()
@@ -186,8 +187,10 @@ def test_summary_table_folds_the_full_table() -> None:
     table = report.summary_table(full[:: 16], full, {"n": "d"}, caption="value per length")
     text = table.data
     assert text.startswith(":::{table} value per length\n")
-    assert "::::{dropdown} The full table (49 rows)\n:::{table} value per length (all 49 rows)" in text
-    assert text.endswith(":::\n::::") and text.count("| 48 |") == 2 and text.count("| 47 |") == 1
+    # The folded copy is titled by its dropdown and has no caption: the book numbers only the table shown.
+    assert "::::{dropdown} All 49 rows of the table above\n| n | value |" in text
+    assert text.count(":::{table}") == 1 and "(all 49 rows)" not in text
+    assert text.endswith("|\n::::") and text.count("| 48 |") == 2 and text.count("| 47 |") == 1
 
 
 def test_a_check_far_inside_prints_no_rounding_noise() -> None:
@@ -428,3 +431,16 @@ def test_frame_table_flattens_index_and_columns() -> None:
     assert "<th>a</th></tr>" in plain.to_html() and "index" not in plain.to_html()
     with pytest.raises(TypeError, match="DataFrame"):
         report.frame_table([{"a": 1}], "rows")
+
+
+def test_a_folded_table_is_plain_html_and_unnumbered() -> None:
+    """A table in a folded output keeps its caption but is HTML, which the book does not number."""
+    table = report.markdown_table([{"n": 1, "value": 1e-7}], caption="value per length, 1e-7 scale", numbered=False)
+    assert table.data.startswith('<table class="table"><caption>value per length, 10⁻⁷ scale</caption>')
+    assert ":::{table}" not in table.data and "<td>10⁻⁷</td>" in table.data
+    for bad in ({"caption": "the bound $B$"}, {"caption": "see {ref}`x`"}, {"caption": ""},
+                {"caption": "ok", "name": "tab-x"}):
+        with pytest.raises(ValueError, match="unnumbered table"):
+            report.markdown_table([{"n": 1}], numbered=False, **bad)
+    with pytest.raises(TypeError, match="numbered"):
+        report.markdown_table([{"n": 1}], caption="ok", numbered="no")
