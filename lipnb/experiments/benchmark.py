@@ -253,7 +253,7 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
                 "products (+ bfloat16)": _steps(v.mean_iterations, v.mean_presolve_iterations),
                 "% of peak": f"{100 * v.fraction_of_peak:.0f}",
                 "MiB per input": f"{v.peak_MiB / run.batch:.1f}",
-                "largest error": f"{v.max_rel_error:.0e}",
+                "largest error": f"{v.max_rel_error:.2g}",
                 "converged": f"{v.converged} of {run.batch}",
             })
     return rows

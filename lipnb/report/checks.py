@@ -153,7 +153,7 @@ class Check:
         op = "<" if strict else "≤"
         if holds and slack.flat[i] >= FAR:
             # Comfortably inside: print the statement, not digits of noise (see FAR).
-            return self._report(claim, True, f"every value ≤ half of {_fmt(b.flat[i])}", FAR, None, op, b.flat[i],
+            return self._report(claim, True, "every value at most half its bound", FAR, None, op, b.flat[i],
                                 key=key)
         text_v, text_b = _pair(v.flat[i], b.flat[i])
         return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i],
@@ -208,8 +208,8 @@ class Check:
     def equal(self, claim: str, value: object, expected: object, *, key: str = "") -> float:
         """``value == expected`` exactly (counts, labels, sets); margin 1 when it holds, -1 when not."""
         holds = bool(np.all(np.asarray(value == expected)))
-        return self._report(claim, holds, f"{_said(value)} = {_said(expected)} exactly", 1.0 if holds else -1.0,
-                            value, "==", expected, key=key)
+        detail = f"{_said(value)}, exactly as expected" if holds else f"{_said(value)}, not {_said(expected)}"
+        return self._report(claim, holds, detail, 1.0 if holds else -1.0, value, "==", expected, key=key)
 
 
 check = Check()

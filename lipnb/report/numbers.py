@@ -1,5 +1,6 @@
 """Numbers as a reader reads them: Python's e-notation ("3e-07", "1.5e+05") written as a power of ten
-("3 × 10⁻⁷", "1.5 × 10⁵", with no-break spaces around the ×), in glued text, table cells and the ledger."""
+("3 × 10⁻⁷", "1.5 × 10⁵", with no-break spaces around the ×), and a negative number's hyphen written as a minus
+sign ("-0.01" → "−0.01"), in glued text, table cells and the ledger."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ __all__ = ["as_written"]
 # A number in e-notation as Python's formats write it (the exponent always signed), not part of a longer word.
 _E_NUMBER = re.compile(r"(?<![\w.])(-?\d+(?:\.\d+)?)e([+-])0*(\d+)(?![\w.])")
 _SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+# A hyphen that is a number's sign: before a digit, not after a word, a digit, a point or a closing bracket (so
+# "0.6-1", "2026-11-28", "x-1" and "GPT-2" keep theirs).
+_SIGN = re.compile(r"(?<![\w.)\]])-(?=\.?\d)")
 
 
 def _written(match: re.Match[str]) -> str:
@@ -23,7 +27,8 @@ def _written(match: re.Match[str]) -> str:
 
 
 def as_written(text: str) -> str:
-    """``text`` with every number in e-notation written as a power of ten: "below 1e-14" → "below 10⁻¹⁴"."""
+    """``text`` with every number in e-notation written as a power of ten ("below 1e-14" → "below 10⁻¹⁴") and a
+    negative number's sign as a minus ("-0.01" → "−0.01")."""
     if not isinstance(text, str):
         raise TypeError(f"as_written: text is a str, not {type(text).__name__}")
-    return _E_NUMBER.sub(_written, text)
+    return _SIGN.sub("−", _E_NUMBER.sub(_written, text))

@@ -232,7 +232,12 @@ CLAIM_ASCII = {
     "asterisk (Markdown emphasis or a star)": re.compile(r"\*"),
     "backtick": re.compile(r"`"),
     "x as a multiplication sign": re.compile(r"(?<![\w.])[\w.]{1,4} x [\w.]{1,4}(?![\w.])"),
-    "a code word": re.compile(r"\b(?:mha|numpy|scipy|torch|rtol|atol)\b"),
+    "a code word": re.compile(r"\b(?:mha|numpy|scipy|torch|rtol|atol|lipnb|autograd)\b"),
+    # "n - 1", "A = -I", "(2k-1)", "(1-ε)", "0.3-1": a minus is "−", a range "between 0.3 and 1"; a hyphen in a word
+    # ("2-norm", "4-bit", "GPT-2", "512-to-8192") or an exponent ("1e-6") stays
+    "hyphen as a minus sign or a range": re.compile(
+        r"(?:^|(?<=[\s(=:\[,]))-(?=[\d(√A-Za-zα-ωΑ-Ω.])|\s-\s|(?:(?<![A-Za-z\d])[A-Za-zα-ω]|(?<=\d)[A-DF-Za-df-zα-ω]|\))-(?=\d)"
+        r"|(?<=\d)-(?=[\d(α-ω])"),
 }
 
 

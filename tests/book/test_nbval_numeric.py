@@ -112,3 +112,11 @@ def test_a_power_of_ten_is_one_number() -> None:
     assert harmonize_text(power, "3.9\u00a0×\u00a010⁻⁷") == "3.9\u00a0×\u00a010⁻⁷"
     assert harmonize_text("below 10⁻¹⁴", "below 3\u00a0×\u00a010⁻¹²") == "below 3\u00a0×\u00a010⁻¹²"
     assert unit_in_last_place(power) == pytest.approx(1e-8) and unit_in_last_place("10⁻¹⁴") == pytest.approx(1e-14)
+
+
+def test_a_minus_sign_is_part_of_its_number() -> None:
+    """lipnb.report writes "−0.01" (U+2212): one number, compared with its sign, even across a sign flip at zero."""
+    assert harmonize_text("[−0.06, 0.02]", "[−0.0600000000001, 0.02]") == "[−0.06, 0.02]"
+    assert harmonize_text("−0.00", "0.00") == "−0.00"
+    assert harmonize_text("−0.5", "0.5") == "0.5"
+    assert unit_in_last_place("−0.01") == pytest.approx(0.01)

@@ -29,6 +29,9 @@ def _read_back(text: str) -> float:
     ("3e-07", "3\u00a0×\u00a010⁻⁷"), ("below 1e-14", "below 10⁻¹⁴"), ("2.6e-03", "2.6\u00a0×\u00a010⁻³"),
     ("1.615e+05", "1.615\u00a0×\u00a010⁵"), ("-4.5e-15", "−4.5\u00a0×\u00a010⁻¹⁵"), ("rtol 1e-04, ok", "rtol 10⁻⁴, ok"),
     ("2e+00", "2"), ("0.5", "0.5"), ("gpt2-random", "gpt2-random"), ("3e5a", "3e5a"), ("x1e-4", "x1e-4"),
+    # a negative number's sign is a minus; a hyphen between words, digits or in a range stays one
+    ("-0.01", "−0.01"), ("[-0.06, 0.02]", "[−0.06, 0.02]"), ("0.6-1", "0.6-1"), ("2026-11-28", "2026-11-28"),
+    ("GPT-2", "GPT-2"), ("n - 1", "n - 1"), ("x-1", "x-1"),
 ])
 def test_e_notation_is_written_as_a_power_of_ten(text: str, written: str) -> None:
     assert as_written(text) == written

@@ -48,8 +48,9 @@ def test_an_equality_reads_as_an_equality() -> None:
     assert details[1] == "0.2505 ≤ 0.2505000000003"
     assert details[2] == "0.2505 = 0.2505 within a relative 1e-06"
     assert details[3] == "= within a relative 1e-12, every error ≤ half of it"
-    assert details[4] == "3 = 3 exactly"
-    assert details[5:] == ["yes = yes exactly", "none = none exactly", "a, 0.5 = a, 0.5 exactly", "∞ = ∞ exactly"]
+    assert details[4] == "3, exactly as expected"
+    assert details[5:] == ["yes, exactly as expected", "none, exactly as expected", "a, 0.5, exactly as expected",
+                           "∞, exactly as expected"]
     assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "==", "=="]
 
 
