@@ -276,20 +276,27 @@ def growth_fits(table: pd.DataFrame | ResultTable, by: Sequence[str], *, x: str 
 EXPONENT_MARGIN = 0.05
 
 
-def side(low: float, high: float, threshold: float = 0.5, margin: float = EXPONENT_MARGIN) -> str:
-    """Where an interval ``[low, high]`` lies with respect to ``threshold`` (Sec. 5's exponents against 1/2):
-    ``"above"``, ``"below"`` (each with ``", within the margin"`` when it clears ``threshold`` by less than
-    ``margin``, default :data:`EXPONENT_MARGIN`) or ``"contains it"``; a NaN end (an interval that could not be
-    computed) is refused."""
+def _placement(low: float, high: float, threshold: float, margin: float) -> tuple[str, bool]:
+    """Where ``[low, high]`` lies against ``threshold``: ``"above"``, ``"below"`` or ``"contains"``, and whether
+    it clears it by less than ``margin``; arguments checked (a NaN end is refused)."""
     low, high, threshold, margin = (check_real(v, name) for v, name in (
         (low, "low"), (high, "high"), (threshold, "threshold"), (margin, "margin")))
     if low > high or margin < 0:
         raise ValueError(f"side needs low <= high and margin >= 0; got [{low}, {high}], margin {margin}")
     if low > threshold:
-        return "above" + ("" if low - threshold >= margin else ", within the margin")
+        return "above", low - threshold < margin
     if high < threshold:
-        return "below" + ("" if threshold - high >= margin else ", within the margin")
-    return "contains it"
+        return "below", threshold - high < margin
+    return "contains", False
+
+
+def side(low: float, high: float, threshold: float = 0.5, margin: float = EXPONENT_MARGIN) -> str:
+    """Where an interval ``[low, high]`` lies with respect to ``threshold`` (Sec. 5's exponents against 1/2):
+    ``"above"``, ``"below"`` (each with ``", within the margin"`` when it clears ``threshold`` by less than
+    ``margin``, default :data:`EXPONENT_MARGIN`) or ``"contains it"``; a NaN end (an interval that could not be
+    computed) is refused."""
+    where, near = _placement(low, high, threshold, margin)
+    return "contains it" if where == "contains" else where + (", within the margin" if near else "")
 
 
 def side_phrase(low: float, high: float, threshold: float = 0.5, margin: float = EXPONENT_MARGIN,
@@ -298,8 +305,7 @@ def side_phrase(low: float, high: float, threshold: float = 0.5, margin: float =
     than the margin", "containing 1/2"."""
     if not isinstance(name, str) or not name.strip():
         raise TypeError("side_phrase: name is the threshold written as text, e.g. '1/2'")
-    verdict = side(low, high, threshold, margin)
-    if verdict == "contains it":
+    where, near = _placement(low, high, threshold, margin)
+    if where == "contains":
         return f"containing {name}"
-    where, _, near = verdict.partition(", ")
     return f"{where} {name}" + (" by less than the margin" if near else "")

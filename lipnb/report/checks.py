@@ -70,8 +70,7 @@ def _fmt(x: float) -> str:
 
 def _said(x: object) -> str:
     """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number (∞ for an
-    infinity), a list
-    joined by commas without brackets, "none" for an empty one."""
+    infinity), a list joined by commas without brackets, "none" for an empty one."""
     if hasattr(x, "tolist"):
         x = x.tolist()
     if isinstance(x, bool):
