@@ -1,5 +1,6 @@
 """Sphinx extension for the book: an author-year reference list to match the citations, one copy of each
-script, and the landing page's figure taken from a chapter's stored outputs."""
+script, the landing page's figure taken from a chapter's stored outputs, and each unnumbered page's figures and
+tables numbered from 1."""
 
 from __future__ import annotations
 
@@ -102,11 +103,25 @@ def exclude_paired_sources(app: Sphinx, config) -> None:
     config.exclude_patterns += [f"book/{p.name}" for p in sorted(book.glob("*.md")) if p.with_suffix(".ipynb").exists()]
 
 
+def number_unnumbered_pages_apart(app: Sphinx, env) -> list[str]:
+    """Figures and tables of a page outside the numbered parts (the landing and at-a-glance pages) are numbered
+    from 1 on that page, not on from the previous such page (Sphinx shares one counter among them)."""
+    for docname, kinds in env.toc_fignumbers.items():
+        if env.toc_secnumbers.get(docname):
+            continue
+        for numbers in kinds.values():
+            for k, key in enumerate(sorted(numbers, key=numbers.get), start=1):
+                numbers[key] = (k,)
+    return []
+
+
 def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("config-inited", exclude_paired_sources)
     app.add_config_value("landing_figure", {}, "env")
     app.connect("builder-inited", extract_landing_figure)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)
+    # after Sphinx's own numbering of figures (priority 500)
+    app.connect("env-get-updated", number_unnumbered_pages_apart, priority=900)
     register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)
     register_plugin("pybtex.style.sorting", "author_year_title", AuthorYearTitleSort, force=True)
     register_plugin("pybtex.style.formatting", "author_year", AuthorYearStyle)

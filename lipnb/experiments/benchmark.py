@@ -181,11 +181,12 @@ def workload_name(run: WorkloadRun, short: bool = False) -> str:
 
 
 def benchmark_provenance(record: LipschitzRecord) -> str:
-    """One line: when, where and with what the benchmark ran."""
+    """One line: when, where and with what the benchmark ran (the commit is in the record, not in the line a reader
+    sees)."""
     versions = record.versions
     return (f"{record.date[:10]}, {record.device_name} ({record.device}, {record.threads} threads, "
             f"load average {record.load_average.start[0]}), torch {versions.torch}, lipnb "
-            f"{versions.lipnb} (git {versions.git}), matrix-product peaks "
+            f"{versions.lipnb}, matrix-product peaks "
             + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in record.peak_flops_by_dtype.items())
             + " GFLOP/s")
 

@@ -222,13 +222,13 @@ def _html_of(item: object) -> str:
     return f"<pre>{html.escape(str(item))}</pre>"
 
 
-# A title set in italics in a claim, Markdown's way: "*Alice*".
-_EMPHASIS = re.compile(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
+# A title set in italics in a claim, Markdown's way: "*Alice*" (the book's reading checks use it too).
+EMPHASIS = re.compile(r"(?<![\w*])\*([^*\s][^*]*?)\*(?![\w*])")
 
 
 def _claim_html(claim: str) -> str:
     """A claim as HTML: its numbers as written, escaped, and a ``*title*`` in italics."""
-    return _EMPHASIS.sub(r"<em>\1</em>", html.escape(as_written(claim)))
+    return EMPHASIS.sub(r"<em>\1</em>", html.escape(as_written(claim)))
 
 
 def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:

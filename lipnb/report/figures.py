@@ -63,6 +63,7 @@ def figure(title: str, *, ncols: int = 1, nrows: int = 1, width: float = 6.0, he
     panels = list(axes.flat)
     for ax in panels:
         ax.grid(True, which="both", alpha=0.25)
+        ax.set_axisbelow(True)  # the grid behind bars and shaded bands, not over them
     return fig, panels[0] if len(panels) == 1 else panels
 
 

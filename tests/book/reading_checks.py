@@ -35,6 +35,8 @@ from pathlib import Path
 
 import yaml
 
+from lipnb.report import EMPHASIS
+
 MATH, CODE, LINK, END = "\ue000", "\ue001", "\ue002", "\ue003"
 SCREEN_PX, MAX_SCREENS, FIGURE_WITHIN_SCREENS = 800, 12, 3
 
@@ -241,11 +243,10 @@ CLAIM_ASCII = {
 }
 
 
-TITLE_IN_ITALICS = re.compile(r"(?<![\w*])\*[^*\s][^*]*?\*(?![\w*])")  # "*Alice*", which the ledger sets in italics
 
 
 def claim_problems(claim: str) -> list[str]:
     """What in a check's claim is ASCII maths or code rather than text: one entry per kind found, with the match."""
-    plain = TITLE_IN_ITALICS.sub("title", claim)
+    plain = EMPHASIS.sub("title", claim)  # "*Alice*", which the ledger sets in italics
     return [f"{kind}: {m.group()!r} in {claim!r}" for kind, pattern in CLAIM_ASCII.items()
             if (m := pattern.search(plain))]

@@ -52,49 +52,6 @@ SOURCES = ["book", "_config.yml", "_toc.yml", "_ext", "_static"]
 # Full-page screenshots of every page, cut at this height (a page longer than that is itself a defect to fix).
 SCREENSHOT_MAX_PX = 60_000
 PAGE_TIMEOUT_S = 60.0
-# Tables printed as text wider than the column that chapters still print (issue 26): book.js lets them
-# scroll, but a reader must scroll each row; they are to be shown with lipnb.report.markdown_table. A page
-# may not print more of them than listed here (none where not listed), so that none is added or comes back.
-TEXT_TABLES_TO_CONVERT = {"book/performance": 2}
-# The defects of STYLE.md's rules that today's pages still show while the chapters are rewritten: page -> {kind of
-# problem (reading_checks.KINDS): how many}. A page may show no more of a kind than listed (none where not listed),
-# so that none is added or comes back; lower an entry when a page is fixed, and delete it at 0. The counts are
-# those of the pages of 28 November 2026, while the chapters were being rewritten to STYLE.md.
-STYLE_DEFECTS_TO_FIX: dict[str, dict[str, int]] = {
-    "book/results_at_a_glance": {"code identifier in the text": 32, "exponent with a caret outside math": 1,
-        "one with a plural": 1, "page too long": 1},
-    "book/self_attention": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
-    "book/normalization": {"code identifier in the text": 3, "display formula wider than its box": 1,
-        "first figure too late": 1, "page too long": 1, "reference title repeated": 2},
-    "book/sqrt_n_bound": {"display formula wider than its box": 5, "first figure too late": 1, "page too long": 1},
-    "book/tightness": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
-    "book/large_radius": {"display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
-    "book/mean_field": {"Python repr in the text": 2, "code identifier in the text": 1},
-    "book/mean_field_bound": {"reference title repeated": 1},
-    "book/two_diracs": {"code identifier in the text": 1, "reference title repeated": 1},
-    "book/masked_mean_field": {"display formula wider than its box": 2, "reference title repeated": 1},
-    "book/multihead": {"code identifier in the text": 11},
-    "book/biases": {"code identifier in the text": 2, "reference title repeated": 1},
-    "book/flow": {"code identifier in the text": 3, "display formula wider than its box": 1,
-        "reference title repeated": 2},
-    "book/audit": {"reference title repeated": 1},
-    "book/published_real_data": {"reference title repeated": 1, "zero written as 0": 1},
-    "book/real_text": {"code identifier in the text": 37, "exponent with a caret outside math": 2,
-        "reference title repeated": 1},
-    "book/adversarial": {"Python repr in the text": 5, "code identifier in the text": 3, "reference title repeated": 1},
-    "book/smollm2": {"Python repr in the text": 1, "code identifier in the text": 48,
-        "display formula wider than its box": 1, "first figure too late": 1, "page too long": 1},
-    "book/long_context": {"code identifier in the text": 58, "exponent with a caret outside math": 1,
-        "first figure too late": 1, "zero written as 0": 1},
-    "book/l2_attention": {"code identifier in the text": 1, "display formula wider than its box": 7,
-        "exponent with a caret outside math": 7, "first figure too late": 1, "page too long": 1},
-    "book/invertible": {"Python repr in the text": 1},
-    "book/two_papers": {"reference title repeated": 1},
-    "book/language_models": {"Python repr in the text": 4, "code identifier in the text": 4,
-        "commit hash in the text": 5, "first figure too late": 1, "page too long": 1, "zero written as 0": 1},
-    "book/certificate": {"reference title repeated": 2},
-    "book/performance": {"Python repr in the text": 8, "code identifier in the text": 1, "commit hash in the text": 1},
-}
 # Pages read by lookup rather than in a sitting, exempt from the length rule (S2).
 LONG_BY_NATURE = {"book/references"}
 CHAPTER_NUMBERS = book_chapter_numbers(ROOT)
@@ -518,10 +475,6 @@ def test_page_reads_right(page: str, site: Path, server: str, browser: CDP) -> N
     _screenshot(browser, page)
     problems = visit.problems + _broken_links(visit.links, server, site) + _repeated_figures(visit.images, server, site)
     problems += reading_problems(page, visit)
-    text_tables = [p for p in problems if p.startswith("text table wider than its column")]
-    if len(text_tables) <= TEXT_TABLES_TO_CONVERT.get(page, 0):
-        problems = [p for p in problems if p not in text_tables]
-    problems = beyond_allowance(problems, STYLE_DEFECTS_TO_FIX.get(page, {}))
     assert not problems, f"{page}.html: {len(problems)} problem(s):\n  " + "\n  ".join(problems)
 
 
@@ -530,27 +483,6 @@ def reading_problems(page: str, visit: Visit) -> list[str]:
     chapter = (ROOT / page).with_suffix(".ipynb").exists()
     return (prose_problems(visit.texts, CHAPTER_NUMBERS)
             + layout_problems(visit.metrics, visit.note, chapter, long_ok=page in LONG_BY_NATURE))
-
-
-def beyond_allowance(problems: list[str], allowed: dict[str, int]) -> list[str]:
-    """``problems`` without those of each kind that ``allowed`` still lets the page have (all of a kind are kept,
-    and so reported, once the page has more of it than allowed)."""
-    kinds = [kind_of(p) for p in problems]
-    return [p for p, k in zip(problems, kinds, strict=True) if k is None or kinds.count(k) > allowed.get(k, 0)]
-
-
-def test_the_allowance_hides_no_more_than_it_lists() -> None:
-    """A page with more defects of a kind than STYLE_DEFECTS_TO_FIX allows shows all of them; a kind not listed
-    and a problem of the other page checks are always shown; the list names real pages and kinds only."""
-    problems = ["page too long: 13 screens", "doubled word (prose): the the", "doubled word (cell): a a",
-                "image did not load: x.png", "commit hash in the text (prose): 23b0ba5+dirty"]
-    assert beyond_allowance(problems, {"doubled word": 1, "page too long": 1}) == problems[1:]
-    assert beyond_allowance(problems, {"doubled word": 2, "page too long": 1, "commit hash in the text": 1}) == [
-        "image did not load: x.png"]
-    assert set(STYLE_DEFECTS_TO_FIX) <= set(PAGES), set(STYLE_DEFECTS_TO_FIX) - set(PAGES)
-    kinds = {k for allowed in STYLE_DEFECTS_TO_FIX.values() for k in allowed}
-    assert kinds <= set(KINDS), kinds - set(KINDS)
-    assert all(n > 0 for allowed in STYLE_DEFECTS_TO_FIX.values() for n in allowed.values()), "delete entries of 0"
 
 
 # A page with one planted defect of each kind the page check finds in the layout (Chromium renders it).

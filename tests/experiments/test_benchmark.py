@@ -129,7 +129,8 @@ def test_provenance_is_one_line_of_when_where_and_with_what() -> None:
     assert isinstance(gpu, LipschitzRecord) and gpu.provenance_note
     line = benchmark.benchmark_provenance(gpu)
     assert line.startswith(f"{gpu.date[:10]}, {gpu.device_name} (cuda, {gpu.threads} threads, load average ")
-    assert f"torch {gpu.versions.torch}, lipnb {gpu.versions.lipnb} (git {gpu.versions.git})" in line
+    assert f"torch {gpu.versions.torch}, lipnb {gpu.versions.lipnb}, matrix-product peaks" in line
+    assert gpu.versions.git not in line
     assert "\n" not in line and line.endswith(" GFLOP/s") and "float32" in line
 
 
