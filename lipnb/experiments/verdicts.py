@@ -84,6 +84,7 @@ BOOK_CORRECTIONS: tuple[BookCorrection, ...] = (
     _B("Theorem 3.5 holds with the exponent", "sharpening", _CASTIN, ("Theorem 3.5",)),
     _B("two-Dirac constant", "sharpening", _CASTIN, ("Proposition 3.6, Proposition C.8",)),
     _B("2-norm bound holds with", "sharpening", _KIM, ("Theorem 3.2, 2-norm",)),
+    _B("Theorem E.3 holds with", "sharpening", _CASTIN, ("Lemma E.2, Theorem E.3",)),
 )
 
 

@@ -84,7 +84,10 @@ def _said(x: object) -> str:
 
 
 def _pair(a: float, b: float) -> tuple[str, str]:
-    """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart."""
+    """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart; two whole
+    numbers of four or more digits in full, with thousands separators ("1,024 ≥ 1,000")."""
+    if all(float(x).is_integer() and 1000 <= abs(x) < 1e15 for x in (a, b)):
+        return f"{int(a):,}", f"{int(b):,}"
     for digits in range(4, 18):
         text_a, text_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
         if text_a != text_b:

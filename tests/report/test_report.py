@@ -54,6 +54,14 @@ def test_an_equality_reads_as_an_equality() -> None:
     assert [e.op for e in report.checks._LEDGER] == [">", "≤", "=", "=", "==", "==", "==", "==", "=="]
 
 
+def test_whole_numbers_of_four_digits_are_written_in_full() -> None:
+    """Counts of a thousand or more read with thousands separators; anything else keeps its significant digits."""
+    check.above("the audit covers at least 1,000 inputs", 1024, 1000)
+    check.below("a count under a float bound", 999.0, 1000.5)
+    check.below("operations", 62914560, 62914561)
+    assert [e.detail for e in report.checks._LEDGER] == ["1,024 ≥ 1,000", "999 ≤ 1000", "62,914,560 ≤ 62,914,561"]
+
+
 def test_verdict_and_margin_agree_on_arrays() -> None:
     # the tightest element decides both the verdict and the margin
     assert check.below("all below", np.array([1.0, 1.9]), 2.0) == pytest.approx(0.05)
