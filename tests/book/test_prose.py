@@ -189,13 +189,15 @@ def test_no_typed_numbers_in_prose(chapter: str) -> None:
     assert not hits, "numbers typed into chapter prose (glue them):\n" + "\n".join(hits)
 
 
-# A glued number followed by a spaced percent sign: "{glue:text}`x` %", which reads "11.5 %" beside the tables' "2.2%".
-SPACED_PERCENT = re.compile(r"\{glue:text\}`[^`]*`[ \t]+%")
+# A glued number followed by a spaced percent sign or the word: "{glue:text}`x` %" or "… percent", which read
+# "11.5 %" beside the tables' "2.2%".
+SPACED_PERCENT = re.compile(r"\{glue:text\}`[^`]*`(?:[ \t]+%|\s+percent\b)")
 
 
 def test_a_percent_sign_follows_its_number() -> None:
     """Every chapter writes a glued percentage as the tables do, "11.5%", with no space before the sign."""
     assert SPACED_PERCENT.search("has an {glue:text}`p` % chance") and not SPACED_PERCENT.search("{glue:text}`p`%")
+    assert SPACED_PERCENT.search("{glue:text}`p` percent of the rows")
     hits = [f"{path.name}:{text[:m.start()].count(chr(10)) + 1}"
             for path in sorted(BOOK.glob("*.md")) for text in [path.read_text()] for m in SPACED_PERCENT.finditer(text)]
     assert not hits, "a space before a percent sign:\n" + "\n".join(hits)
