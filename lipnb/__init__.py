@@ -51,7 +51,7 @@ __all__ = [
 
 # The ground floor's published names, imported on first use.
 PUBLISHED: dict[str, tuple[str, ...]] = {
-    "data": ("ag_news_texts", "alice_text", "dataset_text", "token_sequences"),
+    "data": ("DATASETS", "ag_news_texts", "alice_text", "dataset_text", "dataset_title", "token_sequences"),
     "profiles": ("default_device", "profile", "set_profile"),
     "results": ("cache_dir",),
 }

@@ -46,6 +46,7 @@ __all__ = [
     "ag_news_texts",
     "alice_text",
     "dataset_text",
+    "dataset_title",
     "reachable",
     "token_sequences",
 ]
@@ -223,6 +224,14 @@ def dataset_text(dataset: str) -> str:
     if dataset == "ag_news":
         return " ".join(ag_news_texts()[:1000])
     raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
+
+
+def dataset_title(dataset: str, markdown: bool = False) -> str:
+    """Sec. 5.1's texts named for a reader: "Alice" ("*Alice*", a book's title in italics, with ``markdown``) or
+    "AG News"."""
+    if dataset not in DATASETS:
+        raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
+    return {"alice": "*Alice*" if markdown else "Alice", "ag_news": "AG News"}[dataset]
 
 
 def _fetch(names: Iterable[str] | None = None) -> list[Path]:

@@ -42,6 +42,11 @@ def _lines_in_words(match: re.Match[str]) -> str:
     return f"{_SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '-' in lines[0] else ''} {words}"
 
 
+def _number(v: float) -> str:
+    """``v`` as ``:g`` writes it, but a whole number of four or more digits in full with commas: 1,000, 8,192."""
+    return format(int(v), ",") if float(v).is_integer() and abs(v) >= 1000 else f"{v:g}"
+
+
 @dataclass(frozen=True)
 class PublishedNumber:
     """One published number: its key, what it is, its value, where it is printed, its role and the model it needs.
@@ -59,15 +64,16 @@ class PublishedNumber:
     exponent: float | None = None
 
     def shown(self) -> str:
-        """The number as the paper or script writes it (a drawn curve as the formula ``$0.92\\,n^{0.5}$``)."""
+        """The number as the paper or script writes it, a whole number of four or more digits with its thousands
+        separated ("1,000"), a drawn curve as the formula ``$0.92\\,n^{0.5}$``."""
         v = self.value
         if self.exponent is not None:
             return f"${v:g}\\,n^{{{self.exponent:g}}}$"
         if isinstance(v, tuple):
             if len(v) == 2:
-                return f"{v[0]:g} to {v[1]:g}"
-            return f"{v[0]:g}, {v[1]:g}, …, {v[-1]:g}"
-        return f"{v:g}"
+                return f"{_number(v[0])} to {_number(v[1])}"
+            return f"{_number(v[0])}, {_number(v[1])}, …, {_number(v[-1])}"
+        return _number(v)
 
     def cited(self) -> str:
         """Where the number is printed, in words: the paper's section, or the published script and line

@@ -33,9 +33,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.path import Path
 from matplotlib.text import Text
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import Bbox
 
-__all__ = ["BODY_PX", "COLUMN_PX", "MIN_TEXT_PX", "figure", "figure_defects", "show"]
+__all__ = ["BODY_PX", "COLUMN_PX", "MIN_TEXT_PX", "figure", "figure_defects", "plain_ticks", "show"]
 
 # The page: the text column is 672 CSS px wide and body text 16 px; a figure is shown at its SVG size
 # (96 px per inch) or shrunk to the column, and its smallest text must read at 80% of the body text.
@@ -65,6 +66,15 @@ def figure(title: str, *, ncols: int = 1, nrows: int = 1, width: float = 6.0, he
         ax.grid(True, which="both", alpha=0.25)
         ax.set_axisbelow(True)  # the grid behind bars and shaded bands, not over them
     return fig, panels[0] if len(panels) == 1 else panels
+
+
+def plain_ticks(axis: Axis, subs: tuple[float, ...] | None = None) -> None:
+    """Label ``axis`` with plain numbers (0.5, 10, 200), never a power of ten or an offset, and no minor labels;
+    on a log axis ``subs`` places the labels at those multiples of each power of ten (1, 2, 5: 10, 20, 50)."""
+    if subs is not None:
+        axis.set_major_locator(LogLocator(subs=subs))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 # Two boxes that share less than this many pixels (at the figure's dpi) in either direction do not overlap.

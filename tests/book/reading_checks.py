@@ -16,6 +16,9 @@ and printed outputs apart), in which a formula is U+E000 and a code span U+E001,
   "1 hold"), "hold(s)", an exponent written with a caret outside math ("e^x with x = 2006"), a spaced
   multiplication sign ("4.8 x faster"); carets are looked for outside table cells (a check's claim may
   write ``f^m``), and "0 = 0" is a value, not a count;
+- **W4 capitalised references**: a cross-reference whose text is a title starting with an article or a pronoun
+  ("The", "A", "An", "It", "Its") after a lower-case word ("at the lengths of The √n bound on real text"): give the
+  reference its own words;
 - **S6 chapters by number**: "chapter 22", "chapters 22/23": a typed chapter number (the book numbers its
   chapters itself, and cross-references go by label), reported as a file number when the book has no such
   chapter.
@@ -46,7 +49,7 @@ KINDS = (
     "exponent with a caret outside math", "spaced multiplication sign", "chapter cited by a file number",
     "chapter cited by number", "page too long", "first figure too late", "no Colab note",
     "display formula wider than its box", "result title buries its number", "model id in the text",
-    "number in e-notation",
+    "number in e-notation", "capitalised reference mid-sentence",
 )
 
 _NUM = r"[-−+]?\d+(?:\.\d+)?(?:e[-+−]?\d+)?"
@@ -95,6 +98,8 @@ TIMES = re.compile(r"\d\s+[x×]\s+(?!\d)[a-z]{2,}")
 MODEL_ID = re.compile(r"(?<![\w\-/.])(?:minilm(?:-decoder)?|gpt2-random(?::\d+)?|smollm2|llama-random(?:-norope)?)"
                       r"(?![\w\-]|\.\w)")
 E_NOTATION = re.compile(r"(?<![\w.])\d+(?:\.\d+)?e[-+−]\d+(?![\w.])")
+# A reference's text starting "The"/"A"/"It" straight after a lower-case word: a title pasted mid-sentence.
+CAPITAL_REFERENCE = re.compile(rf"[a-z,]\s+{LINK}((?:The|A|An|It|Its)\b[^{END}]*){END}")
 # "chapter 22", "chapters 22/23"; not "Chapter 10 of Golub and Van Loan", another book's chapter
 CHAPTER_NUMBER = re.compile(r"\b[Cc]hapters?\s+(\d+(?:\s*(?:/|,|and|or|to|–|-)\s*\d+)*)(?!\d|\s+of\b)")
 
@@ -173,6 +178,9 @@ def prose_problems(texts: Iterable[tuple[str, str]], chapters: set[int]) -> list
             add("reference title repeated", where, text, m.start(), m.end(), f"{m[1]!r} on both sides")
         for start, end, word in _titles_repeated(marked):
             add("reference title repeated", where, marked, start, end, f"{word!r} in the reference and beside it")
+        for m in CAPITAL_REFERENCE.finditer(marked):
+            add("capitalised reference mid-sentence", where, marked, m.start(), m.end(),
+                "give the reference lower-case words of its own: {ref}`words <label>`")
         for m in ZERO.finditer(text):
             value = re.search(r"[=<>≤≥±×/+−-]\s*$", text[: m.start()])  # "0 = 0 exactly": a value, not a count
             if m[1] not in AFTER_ZERO_OK and _word_before(text, m.start()) not in INDEX_NOUNS and not value:

@@ -550,7 +550,8 @@ SVG = base64.b64encode(b'<svg xmlns="http://www.w3.org/2000/svg" width="300" hei
 BAD_PROSE = ("The corrected Theorem 4.4, corrected, holds for the the tokens: set prof.per_length to {'a': 1} and "
              "kind=\"head\" (commit 23b0ba5+dirty). Of the nine runs, 0 pass and 1 hold trivially; the value(s) "
              "grow by a factor e^x with x = 2006, 4.8 x faster, as chapters 72/73 and chapter 3 show. Our LayerNorm "
-             "version <a class=\"reference internal\" href=\"#x\">our LayerNorm absorption</a> holds.")
+             "version <a class=\"reference internal\" href=\"#x\">our LayerNorm absorption</a> holds at the lengths of "
+             "<a class=\"reference internal\" href=\"#y\">The bound on real text</a>.")
 GOOD_PROSE = ("The corrected bound of Theorem 4.4 holds for the tokens <mjx-container>x_i</mjx-container> of "
               "<a class=\"reference internal\" href=\"#x\">the first chapter</a> in the interval [0.29, 0.32] "
               "(F(3, 45) = 2.5, 0 = 0 exactly): no runs pass, one holds trivially and layer 0 holds, 4.8 times "

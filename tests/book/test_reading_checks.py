@@ -45,6 +45,9 @@ def test_each_defect_is_named() -> None:
                                                                    "chapter cited by number"]
     assert kinds(f"our LayerNorm version {LINK}our LayerNorm absorption{END}", "the the") == [
         "reference title repeated", "doubled word"]
+    assert kinds(f"at the lengths of {LINK}The √n bound on real text{END}", f"in {LINK}It is tight{END}") == [
+        "capitalised reference mid-sentence"] * 2
+    assert kinds(f"{LINK}The √n bound{END} shows it. ({LINK}The flow{END}); and {LINK}the flow{END}") == []
     assert kinds("minilm", "random GPT-2 and gpt2-random:3", where="cell") == ["model id in the text"] * 2
     assert kinds("an error of 3e-07", "below 1.5e+05") == ["number in e-notation"] * 2
     assert kinds("MiniLM and SmolLM2 at 3 × 10⁻⁷", "the file gpt2-random.json") == []

@@ -64,7 +64,8 @@ def test_published_numbers_have_unique_keys_roles_and_sources() -> None:
         # A paper section, appendix or figure, or a script path with its line.
         assert re.search(r"Sec\. \d|App\. [C-E]|\.py:\d+", p.source), p.source
     assert paper_numbers.number("drawn-adv-random-gpt2").shown() == "$0.92\\,n^{0.5}$"
-    assert paper_numbers.number("c5-factor").shown() == "100 to 1000"
+    assert paper_numbers.number("c5-factor").shown() == "100 to 1,000"
+    assert paper_numbers.number("ag-news-articles").shown() == "1,000"
 
 
 def test_published_numbers_say_where_they_are_printed_in_words() -> None:

@@ -336,7 +336,13 @@ def test_token_sequences_refuses_bad_inputs(kwargs: dict, name: str) -> None:
 @given(st.one_of(st.text(max_size=6).filter(lambda s: s not in data.DATASETS), st.none(), st.just(["alice"])))
 def test_data_names_are_checked(name: object) -> None:
     refused(lambda: data.dataset_text(name), "dataset")
+    refused(lambda: data.dataset_title(name), "dataset")
     refused(lambda: data._data_path(name), "name")
+
+
+def test_a_text_is_named_for_a_reader() -> None:
+    assert [data.dataset_title(d) for d in data.DATASETS] == ["Alice", "AG News"]
+    assert [data.dataset_title(d, markdown=True) for d in data.DATASETS] == ["*Alice*", "AG News"]
 
 
 def test_fetch_refuses_a_string_for_a_list() -> None:

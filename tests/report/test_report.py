@@ -453,3 +453,16 @@ def test_a_folded_table_is_plain_html_and_unnumbered() -> None:
             report.markdown_table([{"n": 1}], numbered=False, **bad)
     with pytest.raises(TypeError, match="numbered"):
         report.markdown_table([{"n": 1}], caption="ok", numbered="no")
+
+
+def test_plain_ticks_write_plain_numbers_at_the_chosen_multiples() -> None:
+    """A log axis from 10 to 100 labelled at 1, 2, 5 times each power of ten reads 10, 20, 50, 100; no minor labels."""
+    fig, ax = figures.figure("What do the ticks say?")
+    ax.loglog([10, 100], [10, 100])
+    ax.set_ylim(10, 100)
+    figures.plain_ticks(ax.yaxis, subs=(1.0, 2.0, 5.0))
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if 10 <= t.get_position()[1] <= 100]
+    assert labels == ["10", "20", "50", "100"]
+    assert all(not t.get_text() for t in ax.yaxis.get_minorticklabels())
+    figures.plt.close(fig)
