@@ -171,14 +171,14 @@ def peer_comparisons(record: WorkloadRecord) -> list[PeerComparison]:
 
 
 def workload_name(run: WorkloadRun, short: bool = False) -> str:
-    """A workload of ``bench/workloads.py``'s record named by what it is, in Markdown for a table: "MiniLM layer 2,
-    32 windows of *Alice*, $n = 128$, one thread" (``short``, plain text for the prose: "MiniLM layer 2, one
-    thread")."""
+    """A workload of ``bench/workloads.py``'s record named by what it is, the title in Markdown italics as a check's
+    claim or a table sets it: "MiniLM layer 2, 32 windows of *Alice*, n = 128, one thread" (``short``, plain text
+    for the prose: "MiniLM layer 2, one thread")."""
     threads = "one thread" if run.threads == 1 else f"{run.threads} threads"
     layer = f"{model_title(run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"
-    return f"{layer}, {run.batch} windows of *Alice*, $n = {run.n}$, {threads}"
+    return f"{layer}, {run.batch} windows of *Alice*, n = {run.n}, {threads}"
 
 
 def benchmark_provenance(record: LipschitzRecord) -> str:

@@ -11,8 +11,8 @@ tightest margin 0.012") and stores its entries as data, which :func:`read_ledger
 The margin of a check is its slack relative to the threshold: ``(bound - value) / |bound|`` for an upper
 bound, ``1 - |value - reference| / tolerance`` for closeness. It is 0 at the edge of failing and negative
 when the check fails. An upper bound or a closeness that holds with a margin of at least 0.5 is reported
-as such ("= within a relative 1e-12, every error ≤ half of it", margin 0.5): its exact value is often rounding noise,
-whose digits would differ from one CPU to another.
+as such ("within a relative 1e-12, every error at most half of it", margin 0.5): its exact value is often
+rounding noise, whose digits would differ from one CPU to another.
 """
 
 from __future__ import annotations
@@ -66,6 +66,11 @@ FAR = 0.5
 
 def _fmt(x: float) -> str:
     return f"{x:.4g}"
+
+
+def _tolerance(x: float) -> str:
+    """A tolerance as it is written in a claim: 0.05 or 0.001 plainly, 1e-12 as a power of ten (rendered 10⁻¹²)."""
+    return f"{x:g}" if 1e-3 <= x < 1e4 else f"{x:.0e}"
 
 
 def _said(x: object) -> str:
@@ -155,8 +160,8 @@ class Check:
         op = "<" if strict else "≤"
         if holds and slack.flat[i] >= FAR:
             # Comfortably inside: print the statement, not digits of noise (see FAR).
-            return self._report(claim, True, "every value at most half its bound", FAR, None, op, b.flat[i],
-                                key=key)
+            said = "every value" if v.size > 1 else "the value"
+            return self._report(claim, True, f"{said} at most half its bound", FAR, None, op, b.flat[i], key=key)
         text_v, text_b = _pair(v.flat[i], b.flat[i])
         return self._report(claim, holds, f"{text_v} {op} {text_b}", float(slack.flat[i]), v.flat[i], op, b.flat[i],
                             key=key)
@@ -196,13 +201,14 @@ class Check:
         tol = atol + rtol * np.abs(r)
         ratio = np.where(tol > 0, err / np.where(tol > 0, tol, 1.0), np.where(err > 0, np.inf, 0.0))
         i = int(np.argmax(ratio))
-        tol_text = f"a relative {rtol:.0e}" if atol == 0 else f"{atol:.0e}" if rtol == 0 else \
-            f"{atol:.0e} + a relative {rtol:.0e}"
+        tol_text = f"a relative {_tolerance(rtol)}" if atol == 0 else _tolerance(atol) if rtol == 0 else \
+            f"{_tolerance(atol)} + a relative {_tolerance(rtol)}"
         holds = bool((err <= tol).all())
         margin = 1.0 - float(ratio.flat[i])
         if holds and margin >= FAR:
             # Comfortably inside: which element is the worst, and by how much, is decided by noise (see FAR).
-            return self._report(claim, True, f"= within {tol_text}, every error ≤ half of it", FAR, None, "=", tol_text,
+            said = "every error" if v.size > 1 else "the error"
+            return self._report(claim, True, f"within {tol_text}, {said} at most half of it", FAR, None, "=", tol_text,
                                 key=key)
         return self._report(claim, holds, f"{_fmt(v.flat[i])} = {_fmt(r.flat[i])} within {tol_text}", margin,
                             v.flat[i], "=", r.flat[i], key=key)

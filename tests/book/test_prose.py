@@ -191,13 +191,41 @@ def test_no_typed_numbers_in_prose(chapter: str) -> None:
 
 # A glued number followed by a spaced percent sign or the word: "{glue:text}`x` %" or "… percent", which read
 # "11.5 %" beside the tables' "2.2%".
-SPACED_PERCENT = re.compile(r"\{glue:text\}`[^`]*`(?:[ \t]+%|\s+percent\b)")
+SPACED_PERCENT = re.compile(r"\{glue:text\}`[^`]*`(?:[ \t\u00a0\u202f]+%|\s+percent\b)")
 
 
 def test_a_percent_sign_follows_its_number() -> None:
     """Every chapter writes a glued percentage as the tables do, "11.5%", with no space before the sign."""
     assert SPACED_PERCENT.search("has an {glue:text}`p` % chance") and not SPACED_PERCENT.search("{glue:text}`p`%")
     assert SPACED_PERCENT.search("{glue:text}`p` percent of the rows")
+    assert SPACED_PERCENT.search("{glue:text}`p`\u00a0% at the embeddings")
     hits = [f"{path.name}:{text[:m.start()].count(chr(10)) + 1}"
             for path in sorted(BOOK.glob("*.md")) for text in [path.read_text()] for m in SPACED_PERCENT.finditer(text)]
     assert not hits, "a space before a percent sign:\n" + "\n".join(hits)
+
+
+# A chapter's title used as words of a sentence: "at the lengths of {ref}`ch-x`" prints "at the lengths of The √n
+# bound on real text". In running prose a chapter reference gives its own words, {ref}`the real-text √n chapter
+# <ch-x>`; a bare title reads as a citation only inside parentheses.
+BARE_CHAPTER = re.compile(r"\{ref\}`ch-[\w-]+`")
+CODE_CELL = re.compile(r"```\{code-cell\}.*?\n```", re.S)
+
+
+def bare_chapter_references(text: str) -> list[int]:
+    """The lines of ``text`` with a bare chapter reference outside parentheses and code cells."""
+    prose = CODE_CELL.sub(lambda m: "\n" * m.group().count("\n"), text)
+    lines = []
+    for m in BARE_CHAPTER.finditer(prose):
+        paragraph = prose[prose.rfind("\n\n", 0, m.start()) + 1: m.start()]
+        if paragraph.count("(") <= paragraph.count(")"):
+            lines.append(prose[: m.start()].count("\n") + 1)
+    return lines
+
+
+def test_a_chapter_is_named_in_words_in_running_prose() -> None:
+    """Every chapter cites another chapter in running prose with words of its own; a bare title only in brackets."""
+    assert bare_chapter_references("as measured in {ref}`ch-x`.\n\nand (see {ref}`ch-y`)") == [1]
+    assert bare_chapter_references("in {ref}`the x chapter <ch-x>`; ({ref}`ch-x`, {ref}`ch-y`)") == []
+    hits = [f"{path.name}:{line}" for path in sorted(BOOK.glob("*.md"))
+            for line in bare_chapter_references(path.read_text())]
+    assert not hits, "a chapter's title pasted into a sentence (give the reference its own words):\n" + "\n".join(hits)

@@ -47,7 +47,7 @@ def test_an_equality_reads_as_an_equality() -> None:
     assert details[0] == "1.000000000003 > 1"
     assert details[1] == "0.2505 ≤ 0.2505000000003"
     assert details[2] == "0.2505 = 0.2505 within a relative 1e-06"
-    assert details[3] == "= within a relative 1e-12, every error ≤ half of it"
+    assert details[3] == "within a relative 1e-12, the error at most half of it"
     assert details[4] == "3, exactly as expected"
     assert details[5:] == ["yes, exactly as expected", "none, exactly as expected", "a, 0.5, exactly as expected",
                            "∞, exactly as expected"]
@@ -466,3 +466,16 @@ def test_plain_ticks_write_plain_numbers_at_the_chosen_multiples() -> None:
     assert labels == ["10", "20", "50", "100"]
     assert all(not t.get_text() for t in ax.yaxis.get_minorticklabels())
     figures.plt.close(fig)
+
+
+def test_a_comfortable_check_says_one_value_or_every_value() -> None:
+    """Far inside its bound, one value reads in the singular and many in the plural; a tolerance between 10⁻³
+    and 10⁴ is written plainly, as claims write it."""
+    report.checks._LEDGER.clear()
+    check.below("one value", 0.1, 1.0)
+    check.below("two values", [0.1, 0.2], 1.0)
+    check.close("one error", 1.0, 1.001, atol=0.05)
+    check.close("two errors", [1.0, 2.0], [1.0, 2.0], rtol=1e-12)
+    assert [e.detail for e in report.checks._LEDGER] == [
+        "the value at most half its bound", "every value at most half its bound",
+        "within 0.05, the error at most half of it", "within a relative 1e-12, every error at most half of it"]
