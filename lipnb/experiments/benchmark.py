@@ -188,7 +188,7 @@ def benchmark_provenance(record: LipschitzRecord) -> str:
     return (f"{record.date[:10]}, {record.device_name} ({record.device}, {record.threads} threads, "
             f"load average {record.load_average.start[0]}), torch {versions.torch}, lipnb "
             f"{versions.lipnb}, matrix-product peaks "
-            + ", ".join(f"{dtype} {peak / 1e9:.0f}" for dtype, peak in record.peak_flops_by_dtype.items())
+            + ", ".join(f"{dtype} {peak / 1e9:,.0f}" for dtype, peak in record.peak_flops_by_dtype.items())
             + " GFLOP/s")
 
 

@@ -9,6 +9,7 @@ read their settings from here (:data:`lipnb.paper.published.SCRIPT_SETTINGS`, :m
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Literal
@@ -38,13 +39,20 @@ _SCRIPT_LINES = re.compile(r"([\w/]+\.py):(\d+(?:-\d+)?)((?:, :\d+(?:-\d+)?)*)")
 
 def _lines_in_words(match: re.Match[str]) -> str:
     lines = [match.group(2), *re.findall(r":(\d+(?:-\d+)?)", match.group(3))]
+    lines = [span.replace("-", "–") for span in lines]  # a range of lines takes an en dash: 51–53
     words = " and ".join([", ".join(lines[:-1]), lines[-1]] if len(lines) > 1 else lines)
-    return f"{_SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '-' in lines[0] else ''} {words}"
+    return f"{_SCRIPTS[match.group(1)]}, line{'s' if len(lines) > 1 or '–' in lines[0] else ''} {words}"
 
 
 def _number(v: float) -> str:
-    """``v`` as ``:g`` writes it, but a whole number of four or more digits in full with commas: 1,000, 8,192."""
-    return format(int(v), ",") if float(v).is_integer() and abs(v) >= 1000 else f"{v:g}"
+    """``v`` as ``:g`` writes it, but a whole number of four or more digits in full with commas (1,000, 8,192) and
+    a small power of ten as one ($10^{-4}$, as the prose writes it)."""
+    if float(v).is_integer() and abs(v) >= 1000:
+        return format(int(v), ",")
+    exponent = math.log10(v) if 0 < v < 1e-2 else None
+    if exponent is not None and abs(exponent - round(exponent)) < 1e-9:
+        return f"$10^{{{round(exponent)}}}$"
+    return f"{v:g}"
 
 
 @dataclass(frozen=True)

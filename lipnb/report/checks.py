@@ -258,7 +258,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
                    "</tr>" for e in entries)
     extras = [extra] if isinstance(extra, str) or not isinstance(extra, Sequence) else list(extra)
     body = ("<table class=\"lipnb-ledger-table\"><caption>Each claim, the comparison that decided it, and its "
-            "margin: the slack relative to the threshold, 0 at the edge of failing</caption>"
+            "margin: the slack relative to the threshold, 0 at the edge of failing.</caption>"
             f"<thead><tr><th>claim</th><th>checked</th><th>margin</th></tr></thead><tbody>{rows}</tbody></table>"
             + "".join(_html_of(item) for item in extras))
     page = f"<details class=\"lipnb-ledger\"><summary>{html.escape(as_written(summary))}</summary>{body}</details>"

@@ -66,13 +66,14 @@ def test_published_numbers_have_unique_keys_roles_and_sources() -> None:
     assert paper_numbers.number("drawn-adv-random-gpt2").shown() == "$0.92\\,n^{0.5}$"
     assert paper_numbers.number("c5-factor").shown() == "100 to 1,000"
     assert paper_numbers.number("ag-news-articles").shown() == "1,000"
+    assert paper_numbers._number(1e-4) == "$10^{-4}$" and paper_numbers._number(0.05) == "0.05"
 
 
 def test_published_numbers_say_where_they_are_printed_in_words() -> None:
     cited = {p.key: p.cited() for p in paper_numbers.PUBLISHED}
     assert cited["drawn-real-random-gpt2"] == "the random-GPT-2 plotting script, lines 62 and 129"
     assert cited["adv-lengths"] == "the adversarial-input script, lines 29, 68 and 80"
-    assert cited["plot-cut-random-gpt2"] == "the random-GPT-2 plotting script, lines 51-53"
+    assert cited["plot-cut-random-gpt2"] == "the random-GPT-2 plotting script, lines 51–53"
     assert cited["radius-bert-encoder"] == "Sec. 5.2; the adversarial-input script, line 28"
     assert not any(".py" in c or "/" in c for c in cited.values())   # no file name reaches the page
     # The settings the paper states beside its experiments are in the table, with their sources.
