@@ -12,7 +12,7 @@ ifneq ($(wildcard ../shared/data/README.md),)
 export LIPNB_DATA_DIR ?= $(abspath ../shared/data)
 endif
 
-.PHONY: install test test-portable unit notebooks lint book browser sync bench clean
+.PHONY: install test test-portable test-mutations unit notebooks lint book browser sync bench clean
 
 install: $(STAMP)
 
@@ -35,20 +35,26 @@ lint: $(STAMP)
 # OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
 # tests/book/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
 # The tests marked slow (larger versions of unit tests, more than about 5 s each) run in `make unit` and in
-# `make test-portable`, which CI runs first; `make test` leaves them out to stay within a reader's 15 minutes.
+# `make test-portable`, which CI runs first; `make test` leaves them out to stay within a reader's 15 minutes, and
+# leaves the mutation tests to `make test-mutations` (CI runs both).
+MUTATIONS := tests/book/test_mutations.py tests/book/test_mutations_part3.py
 test: $(STAMP) lint browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env -m "not slow"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env -m "not slow" \
+	  $(addprefix --ignore=,$(MUTATIONS))
+
+# A chapter's check fails when the code it rests on is made wrong: each mutation edits an implementation and runs
+# the chapter's own cells until the check fails. The CPU's kernels do not change that, so CI runs them once.
+test-mutations: $(STAMP)
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope $(MUTATIONS)
 
 # The same unit tests and chapters on the portable CPU kernels (no AVX), from an empty results cache:
 # what a reader's machine of another CPU sees. Stored outputs are compared as numbers (nbval_numeric.py).
 # KEEP_CACHE=DIR: an empty folder to fill and keep (.ci/run hands it to `make test` afterwards).
-# The mutation tests run once, in `make test`: they show that a chapter's check fails under wrong code, which
-# the CPU's kernels do not change.
 test-portable: $(STAMP)
 	cache=$${KEEP_CACHE:-$$(mktemp -d)} && { [ -n "$$KEEP_CACHE" ] || trap 'rm -rf "$$cache"' EXIT; } && \
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
 	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/book/test_browser.py \
-	  --ignore=tests/book/test_mutations.py --ignore=tests/book/test_mutations_part3.py
+	  $(addprefix --ignore=,$(MUTATIONS))
 
 # Renders the outputs stored in each chapter's .ipynb (nothing is executed).
 book: $(STAMP)

@@ -39,6 +39,7 @@ __all__ = [
     "benchmark_table",
     "cpu_speedup",
     "default_call",
+    "error_percent",
     "lipnb_calls",
     "paper_profile_seconds",
     "peer_comparisons",
@@ -170,15 +171,20 @@ def peer_comparisons(record: WorkloadRecord) -> list[PeerComparison]:
     return out
 
 
+# Thread counts under ten in words, as the prose writes them ("one thread", "two threads").
+_SMALL = dict(enumerate(("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")))
+
+
 def workload_name(run: WorkloadRun, short: bool = False) -> str:
     """A workload of ``bench/workloads.py``'s record named by what it is, the title in Markdown italics as a check's
-    claim or a table sets it: "MiniLM layer 2, 32 windows of *Alice*, n = 128, one thread" (``short``, plain text
+    claim or a table sets it: "MiniLM layer 2, 32 windows of *Alice*, *n* = 128, one thread" (``short``, plain text
     for the prose: "MiniLM layer 2, one thread")."""
-    threads = "one thread" if run.threads == 1 else f"{run.threads} threads"
+    count = _SMALL.get(run.threads, f"{run.threads:,}")
+    threads = f"{count} thread" + ("" if run.threads == 1 else "s")
     layer = f"{model_title(run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"
-    return f"{layer}, {run.batch} windows of *Alice*, n = {run.n}, {threads}"
+    return f"{layer}, {run.batch} windows of *Alice*, *n* = {run.n}, {threads}"
 
 
 def benchmark_provenance(record: LipschitzRecord) -> str:
@@ -228,6 +234,18 @@ class _Table:
         return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
+def error_percent(error: float) -> str:
+    """A relative error as a reader's percentage at two significant digits ("0.37%"); one below 0.01% is written
+    "below 0.01%", the digits of rounding noise being no finding."""
+    if not isinstance(error, (int, float)) or isinstance(error, bool):
+        raise TypeError(f"error_percent: error is a real number, not {type(error).__name__}")
+    if not error >= 0:
+        raise ValueError(f"error_percent: a relative error is at least 0, not {error}")
+    if 100 * error < 0.01:
+        return "below 0.01%"
+    return f"{100 * error:.2g}%"
+
+
 def _steps(mean: float, presolved: float | None) -> str:
     """Mean products per estimate, with the bfloat16 presolve's in parentheses when there were any."""
     return f"{mean:.1f}" + (f" (+ {presolved:.1f})" if presolved else "")
@@ -255,7 +273,7 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
                 "products (+ bfloat16)": _steps(v.mean_iterations, v.mean_presolve_iterations),
                 "% of peak": f"{100 * v.fraction_of_peak:.0f}",
                 "MiB per input": f"{v.peak_MiB / run.batch:.1f}",
-                "largest error": f"{v.max_rel_error:.2g}",
+                "largest error": error_percent(v.max_rel_error),
                 "converged": f"{v.converged} of {run.batch}",
             })
     return rows

@@ -26,13 +26,11 @@ from ..arguments import check_bool, check_choice, check_lengths, check_positive_
 from ..core import bounds as _bounds
 from ..core.attention import attention_matrix
 from ..core.lipschitz import local_lipschitz
-from ..paper import paper_numbers
 from ..paper.published import SCRIPT_SETTINGS, published_estimator
 from ..profiles import Profile, check_profile
 from ..results import ResultTable, cached_table, progress
 
 __all__ = [
-    "PAPER",
     "layer_radii",
     "measure",
     "position_aliasing",
@@ -40,11 +38,6 @@ __all__ = [
     "real_text_table",
     "token_radius",
 ]
-
-# The paper's token radius of random GPT-2 (Sec. 5.2), under the name chapters read; every published number is in
-# lipnb.paper.paper_numbers.PUBLISHED.
-PAPER: dict[str, float] = {"token radius, random GPT-2": paper_numbers.value("radius-random-gpt2")}
-
 
 def token_radius(X: Tensor) -> Tensor:
     """The token radius of each sequence of ``X`` ``(B, n, d)``: root mean square token norm, float64 ``(B,)``."""

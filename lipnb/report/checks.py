@@ -75,11 +75,14 @@ def _tolerance(x: float) -> str:
 
 def _said(x: object) -> str:
     """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number (∞ for an
-    infinity), a list joined by commas without brackets, "none" for an empty one."""
+    infinity; a whole number of four or more digits with thousands separators), a list joined by commas without
+    brackets, "none" for an empty one."""
     if hasattr(x, "tolist"):
         x = x.tolist()
     if isinstance(x, bool):
         return "yes" if x else "no"
+    if isinstance(x, (int, float)) and float(x).is_integer() and 1000 <= abs(x) < 1e15:
+        return f"{int(x):,}"  # a whole number of four or more digits with thousands separators: 1,769,472
     if isinstance(x, float):
         return ("∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:.12g}"
     if isinstance(x, (list, tuple, set, frozenset)):

@@ -107,6 +107,8 @@ def test_records_ship_with_lipnb_and_tabulate() -> None:
     method = list(first.methods)[1]
     assert float(rows[1]["speedup"]) == pytest.approx(benchmark.cpu_speedup(first, method), abs=0.05)
     assert rows[0]["speedup"] == "" and rows[0]["method"] == "paper's loop"
+    first_error = first.methods["paper"].max_rel_error
+    assert rows[0]["largest error"] == benchmark.error_percent(first_error)
     gpu = benchmark.benchmark_record("lipschitz-cuda")
     assert isinstance(gpu, LipschitzRecord)
     gpu_rows = benchmark.benchmark_table(gpu)
@@ -192,10 +194,10 @@ def test_a_workload_is_named_in_words() -> None:
     work = benchmark.benchmark_record("lipschitz-cpu-workloads")
     assert isinstance(work, WorkloadRecord)
     row = next(r for r in work.runs if r.model == "minilm" and r.threads == 1)
-    name = f"MiniLM layer {row.layer}, {row.batch} windows of *Alice*, n = {row.n}, one thread"
+    name = f"MiniLM layer {row.layer}, {row.batch} windows of *Alice*, *n* = {row.n}, one thread"
     assert benchmark.workload_name(row) == name
     two = dataclasses.replace(row, threads=2)
-    assert benchmark.workload_name(two, short=True) == f"MiniLM layer {row.layer}, 2 threads"
+    assert benchmark.workload_name(two, short=True) == f"MiniLM layer {row.layer}, two threads"
 
 
 def test_workload_record_ships_and_tabulates() -> None:
@@ -238,3 +240,17 @@ def test_peer_comparisons_read_the_record_and_refuse_one_without_peers() -> None
         benchmark.peer_comparisons(bare)
     with pytest.raises(TypeError, match="WorkloadRecord"):
         benchmark.peer_comparisons(benchmark.benchmark_record("lipschitz-cpu"))  # type: ignore[arg-type]
+
+
+def test_a_relative_error_is_written_as_a_percentage_and_noise_as_below_a_hundredth() -> None:
+    """Two significant digits of the percentage; below 0.01% the digits are rounding noise, said in words."""
+    assert benchmark.error_percent(0.0037) == "0.37%"
+    assert benchmark.error_percent(0.25) == "25%"
+    assert benchmark.error_percent(1e-6) == "below 0.01%"
+    assert benchmark.error_percent(0) == "below 0.01%"
+    with pytest.raises(ValueError, match="at least 0"):
+        benchmark.error_percent(-0.1)
+    with pytest.raises(ValueError, match="at least 0"):
+        benchmark.error_percent(float("nan"))
+    with pytest.raises(TypeError, match="real number"):
+        benchmark.error_percent("0.1")

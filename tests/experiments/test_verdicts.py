@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from lipnb.experiments import verdicts
-from lipnb.experiments.real_text import PAPER
 from lipnb.paper import paper_numbers
 from lipnb.paper.paper_settings import (
     ADVERSARIAL_RANDOM_GPT2,
@@ -103,7 +102,7 @@ def test_settings_read_from_the_table_are_the_scripts() -> None:
     assert (adv.seed, adv.layer, adv.head, adv.R, adv.drawn_C) == (320, 6, 0, 100.0, 0.92)
     assert adv.lengths == tuple(range(2, 100, 5))
     assert REAL_DATA_RANDOM_GPT2.lengths == tuple(range(2, 100, 2)) and REAL_DATA_RANDOM_GPT2.per_length == 10
-    assert PAPER["token radius, random GPT-2"] == 27.7
+    assert paper_numbers.value("radius-random-gpt2") == 27.7
 
 
 def test_paper_panels_refuse_bad_arguments_before_any_work() -> None:

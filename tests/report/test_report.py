@@ -59,7 +59,12 @@ def test_whole_numbers_of_four_digits_are_written_in_full() -> None:
     check.above("the audit covers at least 1,000 inputs", 1024, 1000)
     check.below("a count under a float bound", 999.0, 1000.5)
     check.below("operations", 62914560, 62914561)
-    assert [e.detail for e in report.checks._LEDGER] == ["1,024 ≥ 1,000", "999 ≤ 1000", "62,914,560 ≤ 62,914,561"]
+    check.equal("operations per product", np.int64(1769472), 1769472)
+    check.equal("a whole float", 6144.0, 6144)
+    assert [e.detail for e in report.checks._LEDGER] == ["1,024 ≥ 1,000", "999 ≤ 1000", "62,914,560 ≤ 62,914,561",
+                                                         "1,769,472, exactly as expected", "6,144, exactly as expected"]
+    with pytest.raises(AssertionError, match="1,769,472, not 1,769,473"):
+        check.equal("operations per product", 1769472, 1769473)
 
 
 def test_verdict_and_margin_agree_on_arrays() -> None:
