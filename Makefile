@@ -32,14 +32,16 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Two single-threaded workers beat one two-threaded process here: most kernels are small, and
-# OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope).
+# OpenMP threads spin against each other. Each notebook runs whole on one worker (--dist loadscope), the longest
+# chapters first (tests/conftest.py: LONGEST_FIRST; xdist's own reordering is off).
 # tests/book/test_browser.py builds the book (or reuses an up-to-date _build/html) and opens every page in Chromium.
 # The tests marked slow (larger versions of unit tests, more than about 5 s each) run in `make unit` and in
 # `make test-portable`, which CI runs first; `make test` leaves them out to stay within a reader's 15 minutes, and
 # leaves the mutation tests to `make test-mutations` (CI runs both).
 MUTATIONS := tests/book/test_mutations.py tests/book/test_mutations_part3.py
 test: $(STAMP) lint browser
-	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env -m "not slow" \
+	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests book --nbval-lax \
+	  --nbval-current-env -m "not slow" \
 	  $(addprefix --ignore=,$(MUTATIONS))
 
 # A chapter's check fails when the code it rests on is made wrong: each mutation edits an implementation and runs
@@ -53,7 +55,8 @@ test-mutations: $(STAMP)
 test-portable: $(STAMP)
 	cache=$${KEEP_CACHE:-$$(mktemp -d)} && { [ -n "$$KEEP_CACHE" ] || trap 'rm -rf "$$cache"' EXIT; } && \
 	ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 LIPNB_CACHE_DIR="$$cache" OMP_NUM_THREADS=1 \
-	  $(PY) -m pytest -q -n 2 --dist loadscope tests book --nbval-lax --nbval-current-env --ignore=tests/book/test_browser.py \
+	  $(PY) -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder tests book --nbval-lax --nbval-current-env \
+	  --ignore=tests/book/test_browser.py \
 	  $(addprefix --ignore=,$(MUTATIONS))
 
 # Renders the outputs stored in each chapter's .ipynb (nothing is executed).

@@ -9,7 +9,9 @@ stale result is never used. The key holds nothing else: a sweep's parameters dec
 (the profile a chapter selected, say) enters it; tables built from a profile record its name themselves.
 
 Both files are written to unique temporary names and renamed into place, so concurrent writers of one
-key (``pytest -n 2`` on a cold cache) never see each other's half-written files. A read verifies the
+key (``pytest -n 2`` on a cold cache) never see each other's half-written files; and where the system has file
+locks (POSIX), processes that need one missing entry at once compute it once: the first computes, the others wait
+for it and read it (a wait is bounded, after which a process computes the entry itself). A read verifies the
 provenance, the row count and the checksum; an entry that fails (truncated, garbage, a row missing, a
 half-written JSON) is recomputed with a warning, never returned.
 
@@ -28,8 +30,10 @@ import os
 import re
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -42,6 +46,11 @@ from tqdm import tqdm
 from .arguments import check_sequence, check_writable_dir
 from .profiles import profile
 from .sources import source_digest
+
+try:
+    import fcntl  # POSIX file locks: one process computes a missing cache entry, the others wait for it
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 __all__ = [
     "ResultTable",
@@ -195,6 +204,60 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+# How long a process waits for another that computes the same entry before computing it itself: longer than any
+# sweep of the quick profile takes, so that a wait never ends in the same work done twice.
+_LOCK_WAIT_S = 3600.0
+
+
+@contextmanager
+def _one_writer(path: Path, wait_s: float) -> Iterator[None]:
+    """Hold ``path``'s lock (a hidden ``.lock`` file beside it) while computing its entry, waiting at most ``wait_s``
+    for a process that holds it; without POSIX file locks (Windows), or after the wait, go on unlocked."""
+    if fcntl is None:  # pragma: no cover - Windows
+        yield
+        return
+    fd = os.open(path.with_name(f".{path.name}.lock"), os.O_CREAT | os.O_RDWR, 0o644)
+    locked = False
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(0.2)
+            else:
+                locked = True
+                break
+        yield
+    finally:
+        if locked:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _read_entry(path: Path, key: str) -> ResultTable | None:
+    """The entry at ``path`` when it holds the sweep of ``key``; ``None`` when it is missing, or damaged or another
+    sweep's (with a warning)."""
+    if not path.exists():
+        return None
+    try:
+        table = ResultTable.read_csv(path)
+    except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        warnings.warn(f"results cache: {path} is damaged ({err}); recomputing it", RuntimeWarning, stacklevel=3)
+        return None
+    if json.dumps(table.provenance, sort_keys=True, default=str) == key:
+        return table
+    warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it", RuntimeWarning,
+                  stacklevel=3)
+    return None
+
+
+def _stamp(path: Path) -> int | None:
+    return path.stat().st_mtime_ns if path.exists() else None
+
+
 def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], Mapping[str, Column]]) -> ResultTable:
     """The table of sweep ``name`` at ``params``: read from the cache, or ``compute()``d (columns) and stored.
 
@@ -221,21 +284,20 @@ def cached_table(name: str, params: Mapping[str, object], compute: Callable[[], 
     if taken:
         raise ValueError(f"results cache: {taken[0]} is a folder where the entry's file goes; remove it (or set "
                          f"{_CACHE_ENV} to another folder)")
-    if path.exists():
-        try:
-            table = ResultTable.read_csv(path)
-        except (ValueError, OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
-            warnings.warn(f"results cache: {path} is damaged ({err}); recomputing it", RuntimeWarning, stacklevel=2)
-        else:
-            if json.dumps(table.provenance, sort_keys=True, default=str) == key:
-                return table
-            warnings.warn(f"results cache: {path} holds another sweep's provenance; recomputing it",
-                          RuntimeWarning, stacklevel=2)
+    seen = _stamp(path)
+    table = _read_entry(path, key)
+    if table is not None:
+        return table
     check_writable_dir(path.parent, _CACHE_ENV)
-    table = ResultTable.from_columns(compute(), json.loads(key))
-    if not len(table):
-        raise ValueError(f"sweep {name!r} produced an empty table (parameters {dict(params)}); nothing was cached")
-    table.to_csv(path)
+    with _one_writer(path, _LOCK_WAIT_S):
+        # another process may have stored the entry while this one waited for the lock
+        if _stamp(path) != seen and (table := _read_entry(path, key)) is not None:
+            return table
+        table = ResultTable.from_columns(compute(), json.loads(key))
+        if not len(table):
+            raise ValueError(f"sweep {name!r} produced an empty table (parameters {dict(params)}); nothing was "
+                             "cached")
+        table.to_csv(path)
     return ResultTable.read_csv(path)
 
 

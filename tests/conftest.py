@@ -56,6 +56,18 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 
 
+# The chapters that take longest from an empty results cache (`--durations` of a cold `make test`), longest first.
+# Run first, they overlap the many short tests; left in collection order, one of them could start last and keep
+# the other worker idle. The Makefile turns off pytest-xdist's own reordering (by number of tests) to keep this.
+LONGEST_FIRST = ("real_text", "adversarial", "deep_language_models", "language_models", "certificate",
+                 "published_real_data", "smollm2", "smollm2_layers", "long_context", "rotary_heads")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {f"book/{name}.ipynb": i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture
 def gen() -> torch.Generator:
     """A freshly seeded CPU generator, so every test draws the same random problem each run."""

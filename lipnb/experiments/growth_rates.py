@@ -52,19 +52,20 @@ def rates_table(*, radii: tuple[float, ...] = (4.0, 8.0, 16.0, 32.0), lengths: t
 
         R = torch.tensor(radii, dtype=torch.float64)
         null = exact_local_lipschitz(f, quadratic_growth_input(R, 6, 2))
-        add("Theorem 3.1 / App. C.7 (null set)", "Kim 2021 / Castin 2024", "dot", "R", "R^2", 2.0,
+        add("Theorem 3.1 / App. C.7 (null set)", "Kim et al. (2021) / Castin et al. (2024)", "dot", "R", "R^2", 2.0,
             _exponent(R, null))
         generic = argmax_configuration(A, R, 6)
-        add("Theorem 3.7 (off the null set)", "Castin 2024", "dot", "R", "bounded", 0.0,
+        add("Theorem 3.7 (off the null set)", "Castin et al. (2024)", "dot", "R", "bounded", 0.0,
             _exponent(R, exact_local_lipschitz(f, generic)))
         n = torch.tensor(lengths, dtype=torch.float64)
         bound = torch.stack([theorem_3_3(A, A, R_lengths, int(k)) for k in lengths])
         reached = torch.cat([exact_local_lipschitz(f, lemma_c_7_input(A, R_lengths, int(k))) for k in lengths])
-        add("Theorem 3.3 on B_R^n vs Lemma C.7", "Castin 2024", "dot", "n", "sqrt(n)", _exponent(n, bound),
+        add("Theorem 3.3 on B_R^n vs Lemma C.7", "Castin et al. (2024)", "dot", "n", "sqrt(n)", _exponent(n, bound),
             _exponent(n, reached))
         for row in fitted_rates(tightness_sweep()).frame.itertuples():
             stated = "log N - log log N" if row.norm == "inf-norm" else "sqrt(N) log N"
-            add(f"Theorem 3.2 ({row.norm})", "Kim 2021", "L2", "N", stated, row.bound_exponent, row.power_exponent)
+            add(f"Theorem 3.2 ({row.norm})", "Kim et al. (2021)", "L2", "N", stated, row.bound_exponent,
+                row.power_exponent)
         return cols
 
     return cached_table("two_papers_rates", {"radii": list(radii), "lengths": list(lengths),

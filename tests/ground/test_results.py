@@ -189,3 +189,35 @@ def test_concurrent_writers_of_one_key_all_get_the_table(tmp_path) -> None:
         assert [out.strip() for out, _ in outputs] == [expected] * 4
         assert len(ResultTable.read_csv(next(cache.glob("shared-*.csv")))) == 20_000
         assert not list(cache.glob(".*tmp"))
+
+
+_COUNTING_WORKER = """
+import os, sys, time
+from lipnb.results import cached_table
+
+def compute():
+    with open(sys.argv[1], "a") as log:  # one line per computation, whichever process runs it
+        log.write(f"{os.getpid()}\\n")
+    time.sleep(1.0)  # long enough for the other processes to find the entry missing
+    return {"x": [1.0, 2.0]}
+
+print(cached_table("once", {"k": 1}, compute)["x"].tolist())
+"""
+
+
+@pytest.mark.slow
+def test_processes_that_need_one_missing_entry_compute_it_once(tmp_path) -> None:
+    """Two chapters that need the same sweep at once on a cold cache (``pytest -n 2``) share one computation: the
+    first holds the entry's lock and computes, the others wait and read what it stored."""
+    import os
+    import subprocess
+    import sys
+
+    log = tmp_path / "computed.log"
+    env = {**os.environ, results._CACHE_ENV: str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
+    workers = [subprocess.Popen([sys.executable, "-c", _COUNTING_WORKER, str(log)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outputs = [w.communicate(timeout=120) for w in workers]
+    assert [w.returncode for w in workers] == [0] * 3, [err[-500:] for _, err in outputs]
+    assert [out.strip() for out, _ in outputs] == ["[1.0, 2.0]"] * 3
+    assert len(log.read_text().splitlines()) == 1, "the entry was computed more than once"
