@@ -73,6 +73,11 @@ def _tolerance(x: float) -> str:
     return f"{x:g}" if 1e-3 <= x < 1e4 else f"{x:.0e}"
 
 
+def _is_large_whole(x: float) -> bool:
+    """Whether ``x`` is a whole number of four or more digits, written in full with thousands separators."""
+    return float(x).is_integer() and 1000 <= abs(x) < 1e15
+
+
 def _said(x: object) -> str:
     """A value of :meth:`Check.equal` as a reader reads it: yes or no, text without quotes, a number (∞ for an
     infinity; a whole number of four or more digits with thousands separators), a list joined by commas without
@@ -81,8 +86,8 @@ def _said(x: object) -> str:
         x = x.tolist()
     if isinstance(x, bool):
         return "yes" if x else "no"
-    if isinstance(x, (int, float)) and float(x).is_integer() and 1000 <= abs(x) < 1e15:
-        return f"{int(x):,}"  # a whole number of four or more digits with thousands separators: 1,769,472
+    if isinstance(x, (int, float)) and _is_large_whole(x):
+        return f"{int(x):,}"  # thousands separators: 1,769,472
     if isinstance(x, float):
         return ("∞" if x > 0 else "−∞") if math.isinf(x) else f"{x:.12g}"
     if isinstance(x, (list, tuple, set, frozenset)):
@@ -94,7 +99,7 @@ def _said(x: object) -> str:
 def _pair(a: float, b: float) -> tuple[str, str]:
     """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart; two whole
     numbers of four or more digits in full, with thousands separators ("1,024 ≥ 1,000")."""
-    if all(float(x).is_integer() and 1000 <= abs(x) < 1e15 for x in (a, b)):
+    if _is_large_whole(a) and _is_large_whole(b):
         return f"{int(a):,}", f"{int(b):,}"
     for digits in range(4, 18):
         text_a, text_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
