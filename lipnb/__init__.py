@@ -12,7 +12,8 @@ Each floor imports only from the floors below it (``import-linter`` holds this, 
 * :mod:`lipnb.core`: the mathematics (maps, Jacobians, the Krylov solvers and the estimator, bounds, inputs,
   measures, L2 attention);
 * at the top of the package (the ground floor), what every floor uses: argument checks (:mod:`lipnb.arguments`),
-  texts (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`);
+  texts (:mod:`lipnb.data`), run profiles (:mod:`lipnb.profiles`), the results cache (:mod:`lipnb.results`),
+  counts in words (:mod:`lipnb.words`);
 * above every numerical floor, the presentation floor :mod:`lipnb.report`: what a chapter does with its numbers
   (state, check, tabulate, draw).
 

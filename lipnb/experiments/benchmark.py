@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..models.titles import model_title
+from ..words import counted
 from .benchmark_schema import (
     CallResult,
     LipschitzRecord,
@@ -171,16 +172,11 @@ def peer_comparisons(record: WorkloadRecord) -> list[PeerComparison]:
     return out
 
 
-# Thread counts under ten in words, as the prose writes them ("one thread", "two threads").
-_SMALL = dict(enumerate(("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")))
-
-
 def workload_name(run: WorkloadRun, short: bool = False) -> str:
     """A workload of ``bench/workloads.py``'s record named by what it is, the title in Markdown italics as a check's
     claim or a table sets it: "MiniLM layer 2, 32 windows of *Alice*, *n* = 128, one thread" (``short``, plain text
     for the prose: "MiniLM layer 2, one thread")."""
-    count = _SMALL.get(run.threads, f"{run.threads:,}")
-    threads = f"{count} thread" + ("" if run.threads == 1 else "s")
+    threads = counted(run.threads, "thread")
     layer = f"{model_title(run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"

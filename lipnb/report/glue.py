@@ -1,5 +1,4 @@
-"""Numbers in the prose: :func:`state` glues a computed value under a name that ``{glue:text}`name``` prints,
-:func:`counted` words a count with its noun so that no sentence reads "0 values" or "1 hold", and
+"""Numbers in the prose: :func:`state` glues a computed value under a name that ``{glue:text}`name``` prints, and
 :func:`read_states` reads back the values a stored notebook glued. Outside a notebook gluing is skipped."""
 
 from __future__ import annotations
@@ -10,10 +9,7 @@ from pathlib import Path
 
 from .numbers import as_written
 
-__all__ = ["counted", "read_states", "state"]
-
-_WORDS = ["no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
-
+__all__ = ["read_states", "state"]
 
 def _glue(name: str, value: object) -> None:
     if not name or not all(c.isalnum() or c in "_-" for c in name):
@@ -37,19 +33,6 @@ def state(name: str, value: float | int | str, fmt: str = ".3g") -> str:
     text = as_written(value if isinstance(value, str) else format(value, fmt))
     _glue(name, text)
     return text
-
-
-def counted(count: int, singular: str, plural: str | None = None) -> str:
-    """``count`` with its noun, in words below ten: "no values", "one value", "12 values" (``plural`` defaults to
-    ``singular`` + "s")."""
-    if hasattr(count, "item"):
-        count = count.item()
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-        raise ValueError(f"counted: a count is a non-negative int, not {count!r}")
-    if not isinstance(singular, str) or not singular or not isinstance(plural, str | None):
-        raise TypeError("counted: the noun is a non-empty str")
-    noun = singular if count == 1 else plural or singular + "s"
-    return f"{_WORDS[count] if count < len(_WORDS) else format(count, ',')} {noun}"
 
 
 def read_states(path: Path) -> dict[str, str]:
