@@ -52,7 +52,8 @@ __all__ = [
 
 # The ground floor's published names, imported on first use.
 PUBLISHED: dict[str, tuple[str, ...]] = {
-    "data": ("DATASETS", "ag_news_texts", "alice_text", "dataset_text", "dataset_title", "token_sequences"),
+    "data": ("DATASETS", "ag_news_texts", "alice_text", "dataset_text", "dataset_title", "on_texts",
+             "token_sequences"),
     "profiles": ("default_device", "profile", "set_profile"),
     "results": ("cache_dir",),
 }

@@ -26,7 +26,7 @@ import tempfile
 import threading
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +47,7 @@ __all__ = [
     "alice_text",
     "dataset_text",
     "dataset_title",
+    "on_texts",
     "reachable",
     "token_sequences",
 ]
@@ -226,12 +227,30 @@ def dataset_text(dataset: str) -> str:
     raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
 
 
-def dataset_title(dataset: str, markdown: bool = False) -> str:
-    """Sec. 5.1's texts named for a reader: "Alice" ("*Alice*", a book's title in italics, with ``markdown``) or
-    "AG News"."""
+def dataset_title(dataset: str, markdown: bool = False, *, figure: bool = False) -> str:
+    """Sec. 5.1's texts named for a reader: "Alice" or "AG News"; a book's title in italics with ``markdown``
+    ("*Alice*", for a table or a check's claim) or ``figure`` (matplotlib's maths, for a legend)."""
     if dataset not in DATASETS:
         raise ValueError(f"dataset must be one of {DATASETS}; got {dataset!r}")
-    return {"alice": "*Alice*" if markdown else "Alice", "ag_news": "AG News"}[dataset]
+    markdown, figure = check_bool(markdown, "markdown"), check_bool(figure, "figure")
+    if markdown and figure:
+        raise ValueError("dataset_title: italics for Markdown or for a figure, not both")
+    alice = "*Alice*" if markdown else r"$\mathit{Alice}$" if figure else "Alice"
+    return {"alice": alice, "ag_news": "AG News"}[dataset]
+
+
+def on_texts(phrases: Mapping[str, str]) -> str:
+    """One phrase per text, said once when every text agrees: "rises on both texts", or "rises on Alice and
+    falls on AG News" (the texts in the order given)."""
+    if not isinstance(phrases, Mapping) or not phrases:
+        raise TypeError("on_texts: phrases is a non-empty mapping from a text to its phrase")
+    for dataset, phrase in phrases.items():
+        check_choice(dataset, "text", DATASETS)
+        if not isinstance(phrase, str):
+            raise TypeError(f"on_texts: the phrase for {dataset!r} is not text")
+    if len(phrases) == 2 and len(set(phrases.values())) == 1:
+        return f"{next(iter(phrases.values()))} on both texts"
+    return " and ".join(f"{phrase} on {dataset_title(dataset)}" for dataset, phrase in phrases.items())
 
 
 def _fetch(names: Iterable[str] | None = None) -> list[Path]:

@@ -20,7 +20,7 @@ PUBLISHED: dict[str, tuple[str, ...]] = {
     "bound_ratios": ("e3_bound_ratios",),
     "certificate": ("MAX_ITER", "certificate_audit", "certificate_counts", "certificate_flags"),
     "certificate_rounding": ("certificate_rounding_audit", "extended_rayleigh"),
-    "charlm": ("CharLM", "ngram_bits_per_char"),
+    "charlm": ("CharLM", "kind_title", "ngram_bits_per_char"),
     "charlm_runs": ("CHARLM_KINDS", "CHARLM_RECORDS", "CHARLM_SETTINGS", "agnews_corpus", "charlm_baselines",
                     "charlm_curves", "charlm_kinds", "charlm_record", "charlm_seeds", "contractive_divisors",
                     "curve_table", "first_step_below", "logged_value", "loss_rises", "replay_charlm",

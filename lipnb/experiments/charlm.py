@@ -35,11 +35,21 @@ __all__ = [
     "CharLMConfig",
     "Kind",
     "char_corpus",
+    "kind_title",
     "ngram_bits_per_char",
     "train_char_lm",
 ]
 
 Kind = Literal["dot", "l2", "l2-contractive"]
+# Each attention as the prose names it (Kim et al., 2021, Sec. 3 and 5.3).
+_KIND_TITLES: dict[str, str] = {"dot": "dot-product", "l2": "tied L2", "l2-contractive": "contractive L2"}
+
+
+def kind_title(kind: Kind, *, in_table: bool = False) -> str:
+    """The attention ``kind`` in words ("tied L2"); ``in_table``: with a non-breaking hyphen and spaces, so that a
+    table's narrow column never breaks inside the name."""
+    title = _KIND_TITLES[check_choice(kind, "kind", _KIND_TITLES)]
+    return title.replace("-", "\u2011").replace(" ", "\u00a0") if check_bool(in_table, "in_table") else title
 
 
 @dataclass(frozen=True)

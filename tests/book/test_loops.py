@@ -85,7 +85,7 @@ FORMATTING = {
     "append", "capitalize", "count", "endswith", "get", "index", "item", "items", "join", "keys", "lower", "lstrip",
     "replace", "rstrip", "split", "startswith", "strip", "title", "tolist", "upper", "values",
     # lipnb's names in words for a table or a legend
-    "dataset_title", "model_title", "workload_name",
+    "dataset_title", "kind_title", "model_title", "workload_name",
 }
 
 

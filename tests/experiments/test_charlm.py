@@ -9,7 +9,15 @@ import torch
 
 from lipnb.core.l2_bounds import theorem_3_2_two
 from lipnb.core.l2_self_attention import L2AttentionMap, L2Heads
-from lipnb.experiments.charlm import CharLM, CharLMConfig, _Attention, char_corpus, ngram_bits_per_char, train_char_lm
+from lipnb.experiments.charlm import (
+    CharLM,
+    CharLMConfig,
+    _Attention,
+    char_corpus,
+    kind_title,
+    ngram_bits_per_char,
+    train_char_lm,
+)
 
 
 def test_l2_attention_module_matches_lipnb_on_its_first_row() -> None:
@@ -73,3 +81,19 @@ def test_ngram_baselines_match_hand_counts() -> None:
     assert math.isclose(bi, expected, rel_tol=1e-12)
     with pytest.raises(ValueError, match="order"):
         ngram_bits_per_char(ids[:1], ids, 3, 2)
+
+
+def test_each_attention_has_one_title_and_a_table_keeps_it_on_one_line() -> None:
+    """The prose's names, and the same names with no break point a table could wrap at."""
+    assert [kind_title(k) for k in ("dot", "l2", "l2-contractive")] == ["dot-product", "tied L2", "contractive L2"]
+    for kind in ("dot", "l2", "l2-contractive"):
+        cell = kind_title(kind, in_table=True)
+        assert " " not in cell and "-" not in cell
+        assert cell.replace("\u2011", "-").replace("\u00a0", " ") == kind_title(kind)
+
+
+@pytest.mark.parametrize(("kind", "in_table", "error"), [("softmax", False, ValueError), ("l2", 1, TypeError)])
+def test_an_unknown_attention_or_a_flag_that_is_not_a_bool_is_refused(kind: str, in_table: object,
+                                                                       error: type) -> None:
+    with pytest.raises(error):
+        kind_title(kind, in_table=in_table)  # type: ignore[arg-type]

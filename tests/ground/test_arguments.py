@@ -343,6 +343,12 @@ def test_data_names_are_checked(name: object) -> None:
 def test_a_text_is_named_for_a_reader() -> None:
     assert [data.dataset_title(d) for d in data.DATASETS] == ["Alice", "AG News"]
     assert [data.dataset_title(d, markdown=True) for d in data.DATASETS] == ["*Alice*", "AG News"]
+    assert [data.dataset_title(d, figure=True) for d in data.DATASETS] == [r"$\mathit{Alice}$", "AG News"]
+
+
+def test_a_text_is_set_in_italics_one_way_at_a_time() -> None:
+    refused(lambda: data.dataset_title("alice", markdown=True, figure=True), "not both")
+    refused(lambda: data.dataset_title("alice", figure=1), "figure")
 
 
 def test_fetch_refuses_a_string_for_a_list() -> None:
@@ -410,3 +416,12 @@ def test_the_masked_and_bias_sweeps_check_their_radii_as_the_synthetic_ones(swee
             "masked_mean_field": lambda: masked.masked_mean_field_sweep(A, A, radii),
             "bias_ascent": lambda: multihead.bias_ascent_sweep(radii)}[sweep]
     refused(call, "radii")
+
+
+def test_a_phrase_per_text_is_said_once_when_the_texts_agree() -> None:
+    assert data.on_texts({"alice": "rises", "ag_news": "rises"}) == "rises on both texts"
+    assert data.on_texts({"alice": "rises", "ag_news": "falls"}) == "rises on Alice and falls on AG News"
+    assert data.on_texts({"ag_news": "falls"}) == "falls on AG News"
+    refused(lambda: data.on_texts({}), "phrases")
+    refused(lambda: data.on_texts({"wiki": "rises"}), "text")
+    refused(lambda: data.on_texts({"alice": 1}), "phrase")
