@@ -266,7 +266,7 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
                 "method": METHOD_LABELS[method],
                 "ms per estimate": f"{1e3 * per_input:.1f}",
                 "speedup": "" if speedup is None else f"{speedup:.1f}",
-                "products (+ bfloat16)": _steps(v.mean_iterations, v.mean_presolve_iterations),
+                "products (bfloat16 in parentheses)": _steps(v.mean_iterations, v.mean_presolve_iterations),
                 "% of peak": f"{100 * v.fraction_of_peak:.0f}",
                 "MiB per input": f"{v.peak_MiB / run.batch:.1f}",
                 "largest error": error_percent(v.max_rel_error),
@@ -284,7 +284,7 @@ def _workload_table(record: WorkloadRecord) -> _Table:
     over the paper's loop (as published, and stopped by the oracle at 1e-4) in wall and CPU time, products per
     input and the time split (CPU)."""
     header = ["workload", "threads", "call", "wall s [range]", "CPU s [range]", "speedup wall (CPU)",
-              "against the oracle-stopped loop", "first call (cold)", "products / input (+ bfloat16)",
+              "against the oracle-stopped loop", "first call (cold)", "products / input (bfloat16 in parentheses)",
               "linearise / products / solver (CPU)", "max rel. error"]
     rows = []
     for run in record.runs:

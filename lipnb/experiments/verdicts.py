@@ -32,7 +32,7 @@ VERDICTS: dict[str, str] = {
     "holds trivially": "the published number is a bound, and every value below it meets it: ours does",
     "by construction": "the value follows from how the model or input is built, whatever the data: not a finding",
     "a setting": "a choice of the experiment (seed, layer, radius, grid, stopping rule), used as published",
-    "not comparable offline": "needs a model this offline build does not have",
+    "not comparable offline": "needs a model this offline run does not have",
 }
 
 # The three kinds of box the book titles "Correction: ...", "Correction of the published code: ..." and
