@@ -265,7 +265,7 @@ def benchmark_table(record: LipschitzRecord) -> list[dict[str, str]]:
                 "n": str(run.n),
                 "method": METHOD_LABELS[method],
                 "ms per estimate": f"{1e3 * per_input:.1f}",
-                "speedup": "" if speedup is None else f"{speedup:.1f}",
+                "speedup": "baseline" if method == "paper" else "" if speedup is None else f"{speedup:.1f}",
                 "products (bfloat16 in parentheses)": _steps(v.mean_iterations, v.mean_presolve_iterations),
                 "% of peak": f"{100 * v.fraction_of_peak:.0f}",
                 "MiB per input": f"{v.peak_MiB / run.batch:.1f}",

@@ -67,7 +67,7 @@ class BookCorrection:
     weight: str = ""
 
 
-_CASTIN, _KIM, _CODE = "Castin et al.", "Kim et al.", "the published code"
+_CASTIN, _KIM, _CODE = "Castin et al.", "Kim et al.", "Castin et al.'s code"
 _B = BookCorrection
 BOOK_CORRECTIONS: tuple[BookCorrection, ...] = (
     _B("Lemma 3.1 needs a convex set", "statement", _CASTIN, ("Lemma 3.1",), "minor"),

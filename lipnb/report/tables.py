@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 
 import numpy as np
 
@@ -68,6 +69,15 @@ def frame_table(table: object, caption: str, fmt: str = ".3g", *, name: str = ""
     return markdown_table(flat.to_dict("records"), formats, caption=caption, name=name, numbered=numbered)
 
 
+# Markdown emphasis ("*Alice*", a book's title) as the folded HTML copy sets it; "2 * 3" and "a*b" are left alone.
+_EMPHASIS = re.compile(r"(?<![*\w])\*(?=[^*\s])([^*]+?)(?<=[^*\s])\*(?![*\w])")
+
+
+def _html(text: str) -> str:
+    """A cell, header or caption as HTML: escaped, with its Markdown italics in ``<em>``."""
+    return _EMPHASIS.sub(r"<em>\1</em>", html.escape(text))
+
+
 def markdown_table(rows: object, formats: dict[str, str] | None = None, *, caption: str = "",
                    name: str = "", numbered: bool = True) -> Table:
     """``rows`` (one dict per row, same keys, or a DataFrame) as a captioned table for ``display``.
@@ -103,9 +113,9 @@ def markdown_table(rows: object, formats: dict[str, str] | None = None, *, capti
     if caption or name:
         label = f":name: {name}\n" if name else ""
         markdown = f":::{{table}} {' '.join(caption.split())}\n{label}\n{markdown}\n:::"
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
-    table = (f"<table><caption>{html.escape(caption)}</caption><thead><tr>{head}</tr></thead>"
+    body = "".join("<tr>" + "".join(f"<td>{_html(c)}</td>" for c in row) + "</tr>" for row in cells)
+    head = "".join(f"<th>{_html(c)}</th>" for c in columns)
+    table = (f"<table><caption>{_html(caption)}</caption><thead><tr>{head}</tr></thead>"
              f"<tbody>{body}</tbody></table>")
     if not numbered:
         return Table(table.replace("<table>", '<table class="table">', 1), table)

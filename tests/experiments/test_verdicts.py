@@ -147,7 +147,7 @@ def test_correction_boxes_are_found_and_classified_by_kind_on_planted_text() -> 
     assert len(titles) == 6 and titles[0].startswith("Correction: Theorem 4.4")
     found = [verdicts.classify_correction(t) for t in titles]
     assert [c.kind for c in found] == ["statement", "code", "sharpening", "statement", "statement", "sharpening"]
-    assert [c.whose for c in found] == ["Castin et al.", "the published code", "Castin et al.", "Kim et al.",
+    assert [c.whose for c in found] == ["Castin et al.", "Castin et al.'s code", "Castin et al.", "Kim et al.",
                                         "Kim et al.", "Kim et al."]
     assert found[0].weight == "substantive" and found[3].weight == "minor" and found[2].weight == ""
     assert verdicts.correction_subject(titles[2]).startswith("the two-Dirac constant")

@@ -447,6 +447,14 @@ def test_frame_table_flattens_index_and_columns() -> None:
         report.frame_table([{"a": 1}], "rows")
 
 
+def test_a_folded_table_sets_a_title_in_italics_and_leaves_products_alone() -> None:
+    """Markdown's *Alice* is <em> in the folded HTML copy, which no Markdown renderer reads; 2 * 3 stays."""
+    table = report.markdown_table([{"text": "*Alice*", "cost": "2 * 3", "ids": "a*b*c"}],
+                                  caption="windows of *Alice* & more", numbered=False)
+    assert "<caption>windows of <em>Alice</em> &amp; more</caption>" in table.data
+    assert "<td><em>Alice</em></td><td>2 * 3</td><td>a*b*c</td>" in table.data
+
+
 def test_a_folded_table_is_plain_html_and_unnumbered() -> None:
     """A table in a folded output keeps its caption but is HTML, which the book does not number."""
     table = report.markdown_table([{"n": 1, "value": 1e-7}], caption="value per length, 1e-7 scale", numbered=False)
