@@ -132,7 +132,7 @@ def lipnb_calls(run: WorkloadRun) -> dict[str, CallResult]:
 
 
 # The peers ``bench/peers.py`` times, named as a reader meets them.
-PEER_TITLES = {"svds": "SciPy svds (ARPACK)", "lobpcg": "SciPy lobpcg"}
+PEER_TITLES = {"svds": "ARPACK (through SciPy)", "lobpcg": "LOBPCG"}
 
 
 @dataclass(frozen=True)

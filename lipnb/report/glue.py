@@ -11,6 +11,7 @@ from .numbers import as_written
 
 __all__ = ["read_states", "state"]
 
+
 def _glue(name: str, value: object) -> None:
     if not name or not all(c.isalnum() or c in "_-" for c in name):
         raise ValueError(f"glue name {name!r} must be non-empty letters, digits, '_' or '-'")
