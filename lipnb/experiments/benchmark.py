@@ -173,14 +173,14 @@ def peer_comparisons(record: WorkloadRecord) -> list[PeerComparison]:
 
 
 def workload_name(run: WorkloadRun, short: bool = False) -> str:
-    """A workload of ``bench/workloads.py``'s record named by what it is, the title in Markdown italics as a check's
-    claim or a table sets it: "MiniLM layer 2, 32 windows of *Alice*, *n* = 128, one thread" (``short``, plain text
-    for the prose: "MiniLM layer 2, one thread")."""
+    """A workload of ``bench/workloads.py``'s record named by what it is, one noun phrase with the title in Markdown
+    italics as a check's claim or a table sets it: "MiniLM layer 2 with 32 windows of *Alice* of *n* = 128 tokens
+    (one thread)" (``short``, plain text for the prose: "MiniLM layer 2, one thread")."""
     threads = counted(run.threads, "thread")
     layer = f"{model_title(run.model)} layer {run.layer}"
     if short:
         return f"{layer}, {threads}"
-    return f"{layer}, {run.batch} windows of *Alice*, *n* = {run.n}, {threads}"
+    return f"{layer} with {run.batch} windows of *Alice* of *n* = {run.n} tokens ({threads})"
 
 
 def benchmark_provenance(record: LipschitzRecord) -> str:

@@ -194,7 +194,7 @@ def test_a_workload_is_named_in_words() -> None:
     work = benchmark.benchmark_record("lipschitz-cpu-workloads")
     assert isinstance(work, WorkloadRecord)
     row = next(r for r in work.runs if r.model == "minilm" and r.threads == 1)
-    name = f"MiniLM layer {row.layer}, {row.batch} windows of *Alice*, *n* = {row.n}, one thread"
+    name = f"MiniLM layer {row.layer} with {row.batch} windows of *Alice* of *n* = {row.n} tokens (one thread)"
     assert benchmark.workload_name(row) == name
     two = dataclasses.replace(row, threads=2)
     assert benchmark.workload_name(two, short=True) == f"MiniLM layer {row.layer}, two threads"
