@@ -39,7 +39,10 @@ _SUPERSCRIPTS = "⁰¹²³⁴⁵⁶⁷⁸⁹"
 # The space around "×" is a no-break space, or its escape "\xa0" in a glued value's stored repr.
 _SPACE = r"(?:\u00a0|\\xa0| )"
 _POWER = rf"(?:[-+−]?(?:\d+\.\d*|\d+){_SPACE}×{_SPACE})?−?10⁻?[{_SUPERSCRIPTS}]+"
-NUMBER = re.compile(rf"(?<![\w.])(?:{_POWER}|[-+−]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?![\w.])")
+# A number written with thousands separators ("8,760.6", "12,288") is one number; "1,2" and "0,100" are two.
+_GROUPED = r"[1-9]\d{0,2}(?:,\d{3})+(?:\.\d*)?"
+NUMBER = re.compile(
+    rf"(?<![\w.])(?:{_POWER}|[-+−]?(?:{_GROUPED}|\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?)(?![\w.])")
 _AS_E = str.maketrans("⁻⁰¹²³⁴⁵⁶⁷⁸⁹−", "-0123456789-")
 
 
@@ -47,7 +50,7 @@ def _e_notation(token: str) -> str:
     """``token`` in e-notation: "3.4 × 10⁻⁷" -> "3.4e-7", "10⁻¹⁴" -> "1e-14"; other numbers as they are, a minus
     sign ("−0.01", as lipnb.report writes it) as a hyphen."""
     if "10" not in token or not any(c in token for c in _SUPERSCRIPTS):
-        return token.replace("−", "-")
+        return token.replace("−", "-").replace(",", "")
     mantissa, _, power = token.replace("\\xa0", " ").replace("\u00a0", " ").rpartition("10")
     mantissa = mantissa.replace("×", "").strip().translate(_AS_E)
     mantissa = {"": "1", "-": "-1"}.get(mantissa, mantissa)

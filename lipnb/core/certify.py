@@ -17,11 +17,13 @@ from torch import Tensor
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, norms, value_error
 from .linearization import Linearized
 
-__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "certify", "float32_certificate", "passes",
-           "repair_misses", "returned_error", "solver_targets"]
+__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "Solver", "certify", "float32_certificate", "passes",
+           "refine_float32_misses", "repair_misses", "returned_error", "solver_targets"]
 
 # ``fn``'s float64 linearization at some inputs of a chunk (their positions, a long tensor).
 Float64At = Callable[[Tensor], Linearized]
+# A Krylov solver of lipnb.core.krylov: (operator, starts, tol, max_iter, rtol) -> outcome.
+Solver = Callable[[NormalOperator, Tensor, float | None, int, float | None], KrylovOutcome]
 
 # The rounding of a float32 Rayleigh quotient and residual (relative to θ), added to a float32 certificate; and the
 # solvers' float32 targets are lowered by it, so that a recomputed certificate still meets them.
@@ -31,6 +33,9 @@ FLOAT32_ULPS = 64
 # against dense float64 truth on saturated attention (4,000 results): within 16 times on this CPU's kernels, but one
 # result exceeded 16 times by 2.5% on the portable ones (no AVX), so the premise takes twice that.
 _PROBE_FACTOR = 32
+# A float32 map with no float64 evaluation: how many times an input whose certificate misses the test, while the
+# solver's own estimate met it, is refined again, each time to a target four times lower.
+_REFINE_ROUNDS = 3
 # Rounding of a float64 Rayleigh quotient and residual (relative to θ), added to every float64 certificate.
 FLOAT64_ULPS = 64
 
@@ -85,6 +90,36 @@ def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Lin
     bound = residual + _PROBE_FACTOR * torch.maximum(state, arith)
     error = value_error(theta, bound, FLOAT32_ULPS * torch.finfo(torch.float32).eps)
     return theta, bound / theta.clamp_min(torch.finfo(torch.float64).tiny), error
+
+
+def refine_float32_misses(solver: Solver, outcome: KrylovOutcome, normal: NormalOperator, lin: Linearized,
+                          moved: Sequence[Linearized], seed: int, certified: tuple[Tensor, Tensor, Tensor],
+                          asked: tuple[float | None, float | None], max_iter: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Inputs of a float32 map with no float64 evaluation whose solver stopped on its own estimate but whose
+    certificate misses the test (:func:`float32_certificate` adds its probes of rounding to that estimate) run again
+    from their vectors, to a target four times lower, at most ``_REFINE_ROUNDS`` times and within ``max_iter``
+    products in all, and are certified again; ``outcome`` is updated in place. An input whose probes alone exceed
+    the test stays unconverged: no refinement can certify it."""
+    tol, rtol = asked
+    target_tol, target_rtol = solver_targets(tol, rtol, torch.float32)
+    for _ in range(_REFINE_ROUNDS):
+        theta, residual, error = certified
+        miss = (outcome.converged & (outcome.iterations < max_iter - 1)
+                & ~passes(theta, residual, returned_error(error, torch.float32), tol, rtol))
+        if not bool(miss.any()):
+            break
+        target_tol, target_rtol = (None if t is None else t / 4 for t in (target_tol, target_rtol))
+        index = miss.nonzero().squeeze(1)
+        sub, part = NormalOperator(lin.select(index), 0.0, normal.scale[index]), lin.select(index)
+        budget = int((max_iter - outcome.iterations[index]).min())
+        again = solver(sub, outcome.vector[index], target_tol, budget, target_rtol)
+        redone = float32_certificate(again, sub, part, [m.select(index) for m in moved], seed)
+        iterations = outcome.iterations[index] + again.iterations
+        outcome.record(index, again.theta, 0, again.converged, again.residual, again.error, again.vector)
+        outcome.iterations[index] = iterations
+        certified = tuple(whole.clone().index_put_((index,), new) for whole, new in zip(certified, redone,
+                                                                                          strict=True))
+    return certified
 
 
 def returned_error(error: Tensor, dtype: torch.dtype) -> Tensor:

@@ -27,6 +27,7 @@ from .certify import (
     certify,
     float32_certificate,
     passes,
+    refine_float32_misses,
     repair_misses,
     returned_error,
     solver_targets,
@@ -334,7 +335,9 @@ def local_lipschitz(
                 outcome = solver(normal, u, target_tol, max_iter, target_rtol)
             if lin.output.dtype == torch.float32 and float64 is None:
                 moved = [linearize(fn, nudged(X[begin:stop], seed=probe)) for probe in (2, 3)]
-                theta, residual, error = float32_certificate(outcome, normal, lin, moved, seed)
+                theta, residual, error = refine_float32_misses(
+                    solver, outcome, normal, lin, moved, seed, float32_certificate(outcome, normal, lin, moved, seed),
+                    (tol, rtol), max_iter)
                 del moved
             else:
                 theta, residual, error = certify(outcome, normal, float64, lin.output.dtype, wide_chunk)

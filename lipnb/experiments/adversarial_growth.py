@@ -1,7 +1,7 @@
 """The growth in ``n`` of the local constant at Lemma C.7's input on random heads (Lemma C.7, Proposition 3.4;
-chapters *It is tight* and *Where the √n growth holds, and where it stops*): exact constants against both lower
-bounds, the fitted exponent with the largest argmax count, and the window ``n - 1 <= e^{2γR²}`` where the growth is
-``√n``. Every table is cached."""
+chapters *Theorem 3.3's √n is attained* and *Where the √n growth holds, and where it stops*): exact constants
+against both lower bounds, the fitted exponent with the largest argmax count, and the window
+``n - 1 <= e^{2γR²}`` where the growth is ``√n``. Every table is cached."""
 
 from __future__ import annotations
 

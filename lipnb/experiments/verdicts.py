@@ -41,7 +41,7 @@ CorrectionKind = Literal["statement", "code", "sharpening"]
 CORRECTION_KINDS: dict[str, str] = {
     "statement": "correction of a statement that is false as printed",
     "code": "correction of the published code",
-    "sharpening": "sharpening of a statement that holds as printed",
+    "sharpening": "sharpening of a true statement, as printed or as the book corrects it",
 }
 # The title that opens each kind of box, longest first ("Correction of Kim et al.:" is a correction of a statement).
 _PREFIXES: tuple[tuple[str, CorrectionKind], ...] = (

@@ -131,7 +131,7 @@ PUBLISHED: tuple[PublishedNumber, ...] = (
        "Sec. 5.2; " + _ADV + ":28", "claim", _BERT),
     _P("radius-bert-decoder", "mean token radius of real data, BERT decoder (the panel's R)", 21.5,
        "Sec. 5.2; " + _ADV + ":28", "claim", _BERT),
-    _P("radius-random-gpt2", "token magnitude of real data, random GPT-2", 27.7, "Sec. 5.2", "claim", _RANDOM),
+    _P("radius-random-gpt2", "token radius of real data, random GPT-2", 27.7, "Sec. 5.2", "claim", _RANDOM),
     # Sec. 3.2: the factor 2γR² of Proposition 3.4's regime n - 1 <= e^{2γR²} is "of the order of 10² to 10³" for
     # real data and pretrained GPT-2 and BERT; App. C.5 (Figure 2) plots it over BERT's heads.
     _P("c5-factor", "2γR² over the heads of pretrained GPT-2 and BERT (App. C.5's Fig. 2 plots BERT's)",

@@ -16,11 +16,11 @@ gluing and display are skipped and values are returned.
 from __future__ import annotations
 
 from ..words import counted
-from .checks import EMPHASIS, LEDGER_KEY, Check, LedgerEntry, check, ledger, read_ledger
+from .checks import EMPHASIS, EQUALITY_MARGIN, LEDGER_KEY, Check, LedgerEntry, check, ledger, read_ledger
 from .figures import figure, figure_defects, plain_ticks, show
 from .glue import read_states, state
 from .tables import Table, frame_table, markdown_table, summary_table
 
-__all__ = ["EMPHASIS", "LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "counted", "figure", "figure_defects",
-           "frame_table", "ledger", "markdown_table", "plain_ticks", "read_ledger", "read_states", "show", "state",
-           "summary_table"]
+__all__ = ["EMPHASIS", "EQUALITY_MARGIN", "LEDGER_KEY", "Check", "LedgerEntry", "Table", "check", "counted", "figure",
+           "figure_defects", "frame_table", "ledger", "markdown_table", "plain_ticks", "read_ledger", "read_states",
+           "show", "state", "summary_table"]

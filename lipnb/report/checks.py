@@ -27,9 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..words import counted
 from .numbers import as_written
 
-__all__ = ["LEDGER_KEY", "Check", "LedgerEntry", "check", "ledger", "read_ledger"]
+__all__ = ["EQUALITY_MARGIN", "LEDGER_KEY", "Check", "LedgerEntry", "check", "ledger", "read_ledger"]
 
 Number = float | int | np.ndarray
 # The key of the output metadata under which ledger() stores its entries (read by read_ledger): metadata,
@@ -57,6 +58,11 @@ def _array(name: str, value: object, claim: str, key: str = "") -> np.ndarray:
                          "with a finite threshold (e.g. in logarithms)")
     return out
 
+
+# A check whose margin is this small in size holds as an equality to rounding (a bound the value attains by
+# construction, a norm a converged estimate reaches): its margin says where rounding fell, not how near the claim
+# came to failing, so ledgers count such checks apart from the tight ones.
+EQUALITY_MARGIN = 1e-9
 
 # An upper bound or a closeness that holds with at least this slack is reported as "comfortably inside", with
 # this margin: its exact value and margin are often rounding or solver noise whose digits differ from one CPU
@@ -251,7 +257,9 @@ def _claim_html(claim: str) -> str:
 def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:
     """Show the checks run since the last call as one folded block, and store them as data; call it last.
 
-    The block's title gives the count and the tightest margin; it lists every check, then ``extra`` (a
+    The block's title gives the count and the tightest margin of the checks that are not equalities to rounding
+    (those, with a margin below :data:`EQUALITY_MARGIN` in size, are counted apart); it lists every check, then
+    ``extra`` (a
     provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a list of
     them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
     :func:`read_ledger`.
@@ -259,8 +267,12 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
     """
     if not _LEDGER:
         raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
-    entries, tightest = list(_LEDGER), min(e.margin for e in _LEDGER)
-    summary = f"{title}: {len(entries)} checks, tightest margin {tightest:.2g}"
+    entries = list(_LEDGER)
+    others = [e.margin for e in entries if abs(e.margin) >= EQUALITY_MARGIN]
+    equal = counted(len(entries) - len(others), "equality", "equalities") + " to rounding"
+    tightest = f"tightest margin {min(others):.2g}" if others else f"all {equal}"
+    apart = f" ({equal})" if others and len(others) < len(entries) else ""
+    summary = f"{title}: {counted(len(entries), 'check')}{apart}, {tightest}"
     rows = "".join(f"<tr><td>{_claim_html(e.claim)}</td><td>{html.escape(as_written(e.detail))}</td>"
                    f"<td>{as_written(f'{e.margin:.2g}')}</td>"
                    "</tr>" for e in entries)

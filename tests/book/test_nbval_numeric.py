@@ -120,3 +120,13 @@ def test_a_minus_sign_is_part_of_its_number() -> None:
     assert harmonize_text("−0.00", "0.00") == "−0.00"
     assert harmonize_text("−0.5", "0.5") == "0.5"
     assert unit_in_last_place("−0.01") == pytest.approx(0.01)
+
+
+def test_a_number_with_thousands_separators_is_one_number() -> None:
+    """lipnb.report writes "8,760.6": compared as 8760.6 under the cell's tolerance (not as 8 and 760.6, whose
+    second part moves by a thousand times the relative change); counts so written must still match exactly."""
+    assert harmonize_text("| 8,760.6 |", "| 8,759.7 |", rtol=1e-3) == "| 8,760.6 |"
+    assert harmonize_text("| 8,760.6 |", "| 8,699.7 |", rtol=1e-3) == "| 8,699.7 |"
+    assert harmonize_text("12,288 tokens", "12,289 tokens") == "12,289 tokens"
+    assert harmonize_text("(1,2)", "(1,2)") == "(1,2)" and harmonize_text("[0.5,0.7]", "[0.5,0.9]") == "[0.5,0.9]"
+    assert unit_in_last_place("8,760.6") == pytest.approx(0.1) and unit_in_last_place("12,288") == 0.0

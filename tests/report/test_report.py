@@ -117,6 +117,21 @@ def _run_ledger(monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[dict, dict]:
     return bundle, metadata
 
 
+def test_ledger_counts_equalities_to_rounding_apart_from_the_tightest_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bound the value attains to rounding (margin below EQUALITY_MARGIN) is not reported as the tightest."""
+    check.below("attained by construction", 1.0 - 1e-15, 1.0)
+    check.below("a tight claim", 0.987654321987, 1.0)
+    bundle, _ = _run_ledger(monkeypatch)
+    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks (one equality to "
+                                                    "rounding), tightest margin 0.012")
+    check.above("attained from below", 3.0, 3.0)
+    check.below("attained", 2.0, 2.0)
+    bundle, _ = _run_ledger(monkeypatch)
+    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks, all two equalities "
+                                                    "to rounding")
+    assert 0 < report.EQUALITY_MARGIN < 1e-6
+
+
 def test_ledger_shows_one_folded_block_and_stores_full_precision(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(RuntimeError, match="no check ran"):
@@ -127,11 +142,11 @@ def test_ledger_shows_one_folded_block_and_stores_full_precision(tmp_path: Path,
     extra = ["provenance: seed 0", report.markdown_table([{"a": 1.5}], caption="c")]
     bundle, metadata = _run_ledger(monkeypatch, extra=extra)
     page = bundle["text/html"]
-    assert page.startswith('<details class="lipnb-ledger"><summary>What this chapter checked: 3 checks, '
+    assert page.startswith('<details class="lipnb-ledger"><summary>What this chapter checked: three checks, '
                            "tightest margin 0.012</summary>")
     assert page.count("<tr>") == 4 + 2 and "<caption>" in page and "<pre>provenance: seed 0</pre>" in page
     assert "<td>1.5</td>" in page
-    assert bundle["text/plain"].splitlines()[0] == "What this chapter checked: 3 checks, tightest margin 0.012"
+    assert bundle["text/plain"].splitlines()[0] == "What this chapter checked: three checks, tightest margin 0.012"
     assert report.checks._LEDGER == [], "the ledger is emptied once shown"
     nb = {"cells": [{"cell_type": "code", "outputs": [{"output_type": "display_data", "metadata": metadata,
                                                         "data": bundle}]}]}
