@@ -271,7 +271,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
     others = [e.margin for e in entries if abs(e.margin) >= EQUALITY_MARGIN]
     equal = counted(len(entries) - len(others), "equality", "equalities") + " to rounding"
     tightest = f"tightest margin {min(others):.2g}" if others else f"all {equal}"
-    apart = f" ({equal})" if others and len(others) < len(entries) else ""
+    apart = f" ({equal}, left out of the tightest margin)" if others and len(others) < len(entries) else ""
     summary = f"{title}: {counted(len(entries), 'check')}{apart}, {tightest}"
     rows = "".join(f"<tr><td>{_claim_html(e.claim)}</td><td>{html.escape(as_written(e.detail))}</td>"
                    f"<td>{as_written(f'{e.margin:.2g}')}</td>"

@@ -123,7 +123,8 @@ def test_ledger_counts_equalities_to_rounding_apart_from_the_tightest_margin(mon
     check.below("a tight claim", 0.987654321987, 1.0)
     bundle, _ = _run_ledger(monkeypatch)
     assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks (one equality to "
-                                                    "rounding), tightest margin 0.012")
+                                                    "rounding, left out of the tightest margin), tightest margin "
+                                                    "0.012")
     check.above("attained from below", 3.0, 3.0)
     check.below("attained", 2.0, 2.0)
     bundle, _ = _run_ledger(monkeypatch)
