@@ -12,7 +12,7 @@ and its paired ``.ipynb`` (the other cells and their outputs are kept; re-execut
 
 **The note.** As a Sphinx extension (``_config.yml``'s ``local_extensions``) this module replaces the cell in the
 HTML by one line, :func:`colab_note`: "Run it on Colab (the rocket button at the top): the first cell installs the
-package; its last recorded run took about 2.3 min on a CPU with 2 cores." The time is
+package; its last recorded run took about 2.3 min on a CPU with 2 cores; a first run may take longer." The time is
 measured, never typed: it is the span of the chapter's last recorded execution, from the first code cell's start
 to the last one's reply, as the notebook stores them (``metadata.execution`` of each cell, written by nbclient
 when ``jupytext --execute`` or ``make notebooks`` runs the chapter); the cores are those the first cell printed
@@ -200,6 +200,10 @@ def _duration(seconds: float) -> str:
     return f"about {float(f'{seconds / 60:.2g}'):g} min"
 
 
+# The recorded run read the results cache as it found it; Colab's starts empty.
+CACHED = "a first run may take longer"
+
+
 def colab_note(nb: dict) -> str:
     """The one line the HTML shows for the first cell of notebook ``nb``: how to run it on Colab, what the first
     cell installs there, and how long the chapter's last recorded run took, on how many cores."""
@@ -208,7 +212,7 @@ def colab_note(nb: dict) -> str:
     installs = "the package and SmolLM2's weights" if NO_DEPS in source else "the package"
     seconds, cores = recorded_run(nb)
     on = f"on a CPU with {cores} cores" if cores else "on a CPU"
-    took = (f"its last recorded run took {_duration(seconds)} {on}"
+    took = (f"its last recorded run took {_duration(seconds)} {on}; {CACHED}"
             if seconds is not None else "the time of its last run was not recorded")
     return f"Run it on Colab (the rocket button at the top): the first cell installs {installs}; {took}."
 

@@ -28,6 +28,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "_ext"))
 from colab_cell import (  # noqa: E402
+    CACHED,
     MARKER,
     NO_DEPS,
     chapter_cell,
@@ -174,9 +175,9 @@ def test_the_note_says_how_long_the_last_recorded_run_took() -> None:
                    ["2026-11-26T15:23:48.0Z", "2026-11-26T15:24:10.0Z", "2026-11-26T15:26:05.3Z"])
     assert recorded_run(nb) == (pytest.approx(138.5), 2)
     assert colab_note(nb) == ("Run it on Colab (the rocket button at the top): the first cell installs the package; "
-                              "its last recorded run took about 2.3 min on a CPU with 2 cores.")
+                              f"its last recorded run took about 2.3 min on a CPU with 2 cores; {CACHED}.")
     quick = _notebook("profile: quick | device: cpu\n", ["2026-11-26T15:23:46.8Z"], ["2026-11-26T15:23:52.0Z"])
-    assert colab_note(quick).endswith("its last recorded run took under 10 s on a CPU.")
+    assert colab_note(quick).endswith(f"its last recorded run took under 10 s on a CPU; {CACHED}.")
     for cell in quick["cells"][1:]:
         cell["metadata"] = {}
     assert recorded_run(quick) == (None, None)
