@@ -110,7 +110,8 @@ def refine_float32_misses(solver: Solver, outcome: KrylovOutcome, normal: Normal
             break
         target_tol, target_rtol = (None if t is None else t / 4 for t in (target_tol, target_rtol))
         index = miss.nonzero().squeeze(1)
-        sub, part = NormalOperator(lin.select(index), 0.0, normal.scale[index]), lin.select(index)
+        part = lin.select(index)
+        sub = NormalOperator(part, 0.0, normal.scale[index])
         budget = int((max_iter - outcome.iterations[index]).min())
         again = solver(sub, outcome.vector[index], target_tol, budget, target_rtol)
         redone = float32_certificate(again, sub, part, [m.select(index) for m in moved], seed)

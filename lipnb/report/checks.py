@@ -259,9 +259,8 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
 
     The block's title gives the count and the tightest margin of the checks that are not equalities to rounding
     (those, with a margin below :data:`EQUALITY_MARGIN` in size, are counted apart); it lists every check, then
-    ``extra`` (a
-    provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a list of
-    them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
+    ``extra`` (a provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a
+    list of them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
     :func:`read_ledger`.
     Raises ``RuntimeError`` when no check ran: a chapter that calls it has claims to show.
     """
