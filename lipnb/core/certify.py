@@ -110,16 +110,11 @@ def refine_float32_misses(solver: Solver, outcome: KrylovOutcome, normal: Normal
             break
         target_tol, target_rtol = (None if t is None else t / 4 for t in (target_tol, target_rtol))
         index = miss.nonzero().squeeze(1)
-        part = lin.select(index)
-        sub = NormalOperator(part, 0.0, normal.scale[index])
         budget = int((max_iter - outcome.iterations[index]).min())
-        again = solver(sub, outcome.vector[index], target_tol, budget, target_rtol)
-        redone = float32_certificate(again, sub, part, [m.select(index) for m in moved], seed)
-        iterations = outcome.iterations[index] + again.iterations
-        outcome.record(index, again.theta, 0, again.converged, again.residual, again.error, again.vector)
-        outcome.iterations[index] = iterations
-        certified = tuple(whole.clone().index_put_((index,), new) for whole, new in zip(certified, redone,
-                                                                                          strict=True))
+        certified = _rerun(index, outcome, normal, lin, certified, outcome.iterations[index],
+                           lambda sub, starts, t=target_tol, b=budget, r=target_rtol: solver(sub, starts, t, b, r),
+                           lambda again, sub, part, rows: float32_certificate(again, sub, part,
+                                                                              [m.select(rows) for m in moved], seed))
     return certified
 
 
@@ -146,15 +141,28 @@ def repair_misses(outcome: KrylovOutcome, normal: NormalOperator, lin: Linearize
     if not bool(miss.any()):
         return certified
     index = miss.nonzero().squeeze(1)
-    sub = NormalOperator(lin.select(index), 0.0, normal.scale[index])
     target_tol, target_rtol = solver_targets(tol, rtol, lin.output.dtype)
-    again = lanczos(sub, outcome.vector[index], target_tol, max(max_iter - 1, 1), target_rtol)
-    redone = certify(again, sub, lambda rows: float64(index[rows]), lin.output.dtype, size)
+    return _rerun(index, outcome, normal, lin, certified, 1,
+                  lambda sub, starts: lanczos(sub, starts, target_tol, max(max_iter - 1, 1), target_rtol),
+                  lambda again, sub, part, rows: certify(again, sub, lambda at: float64(rows[at]), lin.output.dtype,
+                                                         size))
+
+
+def _rerun(index: Tensor, outcome: KrylovOutcome, normal: NormalOperator, lin: Linearized,
+           certified: tuple[Tensor, Tensor, Tensor], spent: Tensor | int,
+           solve: Callable[[NormalOperator, Tensor], KrylovOutcome],
+           recertify: Callable[[KrylovOutcome, NormalOperator, Linearized, Tensor], tuple[Tensor, Tensor, Tensor]],
+           ) -> tuple[Tensor, Tensor, Tensor]:
+    """The inputs at ``index`` run again from their vectors (``solve`` on their operator) and certified again
+    (``recertify``, given their linearization and ``index``); ``outcome`` is updated in place, its products
+    counted from ``spent``."""
+    part = lin.select(index)
+    sub = NormalOperator(part, 0.0, normal.scale[index])
+    again = solve(sub, outcome.vector[index])
+    redone = recertify(again, sub, part, index)
     outcome.record(index, again.theta, 0, again.converged, again.residual, again.error, again.vector)
-    outcome.iterations[index] = 1 + again.iterations
-    theta, residual, error = (whole.clone().index_put_((index,), part) for whole, part in zip(certified, redone,
-                                                                                              strict=True))
-    return theta, residual, error
+    outcome.iterations[index] = spent + again.iterations
+    return tuple(whole.clone().index_put_((index,), new) for whole, new in zip(certified, redone, strict=True))
 
 
 def solver_targets(tol: float | None, rtol: float | None, dtype: torch.dtype) -> tuple[float | None, float | None]:
