@@ -48,6 +48,7 @@ __all__ = [
     "relative_errors",
     "speedup_decomposition",
     "workload_name",
+    "workload_parts",
 ]
 
 _ENV_VAR = "LIPNB_BENCH_DIR"
@@ -181,6 +182,11 @@ def workload_name(run: WorkloadRun, short: bool = False) -> str:
     if short:
         return f"{layer}, {threads}"
     return f"{layer} with {run.batch} windows of *Alice* of *n* = {run.n} tokens ({threads})"
+
+
+def workload_parts(run: WorkloadRun) -> tuple[str, str]:
+    """A workload's layer and threads apart, for a sentence to name each: ("MiniLM's layer 2", "one thread")."""
+    return f"{model_title(run.model)}'s layer {run.layer}", counted(run.threads, "thread")
 
 
 def benchmark_provenance(record: LipschitzRecord) -> str:

@@ -198,6 +198,7 @@ def test_a_workload_is_named_in_words() -> None:
     assert benchmark.workload_name(row) == name
     two = dataclasses.replace(row, threads=2)
     assert benchmark.workload_name(two, short=True) == f"MiniLM layer {row.layer}, two threads"
+    assert benchmark.workload_parts(two) == (f"MiniLM's layer {row.layer}", "two threads")
 
 
 def test_workload_record_ships_and_tabulates() -> None:
