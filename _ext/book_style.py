@@ -1,10 +1,11 @@
 """Sphinx extension for the book: an author-year reference list to match the citations, one copy of each
-script, the landing page's figure taken from a chapter's stored outputs, and each unnumbered page's figures and
-tables numbered from 1."""
+script, inline formulas kept on one line with their brackets and punctuation, the landing page's figure taken
+from a chapter's stored outputs, and each unnumbered page's figures and tables numbered from 1."""
 
 from __future__ import annotations
 
 import base64
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -68,6 +69,27 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
     context["script_files"] = kept
 
 
+# An inline formula with the bracket before it or the punctuation after it: "(" + "$R = 100$", "$1/2$" + ".".
+_MATH_WITH_PUNCTUATION = re.compile(
+    r'(\(?)(<span class="math notranslate nohighlight">\\\([^<]*?\\\)</span>)([.,;:!?)\]]*)')
+
+
+def keep_math_with_punctuation(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """A line never breaks between an inline formula and the bracket before it or the punctuation after it
+    (a browser may break around the formula's box, leaving "(" at a line's end or "." at the next's start):
+    each such group is wrapped in a span that does not wrap (``book.css``)."""
+    if "body" not in context:
+        return
+
+    def wrap(match: re.Match) -> str:
+        before, formula, after = match.groups()
+        if not (before or after):
+            return formula
+        return f'<span class="math-nowrap">{before}{formula}{after}</span>'
+
+    context["body"] = _MATH_WITH_PUNCTUATION.sub(wrap, context["body"])
+
+
 def extract_landing_figure(app: Sphinx) -> None:
     """Write the figure (SVG or PNG) that a chapter's cell stored or glued (``landing_figure``: notebook and a
     phrase of the cell's code) to ``_build/landing/figure.svg`` or ``.png``, so the landing page
@@ -120,6 +142,7 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.add_config_value("landing_figure", {}, "env")
     app.connect("builder-inited", extract_landing_figure)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)
+    app.connect("html-page-context", keep_math_with_punctuation)
     # after Sphinx's own numbering of figures (priority 500)
     app.connect("env-get-updated", number_unnumbered_pages_apart, priority=900)
     register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)

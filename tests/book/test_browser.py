@@ -121,6 +121,29 @@ CHECK_PAGE_JS = r"""
   }
   // Folded content (a hidden input, a closed dropdown) is laid out only once opened: it is judged then.
   const folded = (el) => el.closest('details:not([open])') !== null && !el.matches('details > summary *');
+  // A line never breaks between an inline formula and the bracket before it or the punctuation after it
+  // ("(" left at a line's end, "." starting the next): a character wholly above or below the formula's box.
+  const charBox = (node, at) => {
+    const range = document.createRange();
+    range.setStart(node, at);
+    range.setEnd(node, at + 1);
+    return range.getBoundingClientRect();
+  };
+  for (const c of article.querySelectorAll('mjx-container:not([display="true"])')) {
+    const box = c.getBoundingClientRect();
+    if (folded(c) || box.height === 0) continue;
+    const host = c.closest('span.math') || c;
+    const [before, after] = [host.previousSibling, host.nextSibling];
+    if (before && before.nodeType === Node.TEXT_NODE && before.textContent.endsWith('(')
+        && charBox(before, before.textContent.length - 1).bottom <= box.top) {
+      problems.push('a line breaks between "(" and its formula: ' + snippet(host.parentElement.textContent));
+    }
+    if (after && after.nodeType === Node.TEXT_NODE && /^[.,;:)]/.test(after.textContent)
+        && charBox(after, 0).top >= box.bottom) {
+      problems.push(`a line breaks between a formula and the "${after.textContent[0]}" after it: `
+                    + snippet(host.parentElement.textContent));
+    }
+  }
   for (const el of article.querySelectorAll('pre, .cell_output, table')) {
     if (folded(el)) continue;
     const overflow = getComputedStyle(el).overflowX;
@@ -497,6 +520,10 @@ PLANTED = """<html><body><article style="width: 600px">
 <div class="cell_output"><div class="output"><pre>{checks}</pre></div></div>
 <div class="cell_output"><img src="data:image/gif;base64,R0lGODlhAQABAAAAACw=" alt=""></div>
 <div style="width: 1500px">a line wider than the window</div>
+<p style="width: 200px; font: 16px monospace">aaaaaaaaaaaaaaa {open}(<span class="math"><mjx-container
+  style="display: inline-block; width: 150px">x</mjx-container></span>{close}</p>
+<p style="width: 200px; font: 16px monospace">{open}<span class="math"><mjx-container
+  style="display: inline-block; width: 200px">x</mjx-container></span>.{close} end</p>
 </article></body></html>"""
 
 
@@ -509,20 +536,23 @@ def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
     """Each defect a reader would see is reported: a text table wider than its column, a table whose last
     column is off-screen, content cut by a box that hides its overflow, a Markdown table left as text, a
     glued value as a quoted literal, the work tracker named, five check lines in a row, a figure without a
-    caption, a page that scrolls sideways at 1280 px."""
+    caption, a page that scrolls sideways at 1280 px, a line broken between a formula and its bracket or
+    full stop."""
     table = "\n".join("   ".join(f"{c}{r:>12}" for c in "abcdefghijkl") for r in range(4))
     checks = "\n".join(f"holds: claim {i} | {i} ≤ 10 | margin 0.{i}" for i in range(1, 6))
     page = PLANTED.format(table=table, word="x" * 200, sentence="a sentence cut at the edge " * 10,
-                          markdown="| claim | verdict | |---|---| | a | holds |", checks=checks)
+                          markdown="| claim | verdict | |---|---| | a | holds |", checks=checks, open="", close="")
     problems = _planted_problems(browser, page)
     for kind in ("text table wider than its column", "table wider than its column", "content clipped by div",
                  "Markdown table left as text", "glued value printed as a quoted literal: '17'",
                  "names the work tracker: The tenfold the issue asked", "names the work tracker: Fixed in #32",
                  "5 check lines printed in a row", "figure without a caption: data:image/gif",
-                 "the page scrolls sideways"):
+                 "the page scrolls sideways", 'a line breaks between "(" and its formula',
+                 'a line breaks between a formula and the "." after it'):
         assert any(p.startswith(kind) for p in problems), f"{kind!r} not reported; got {problems}"
     clean = PLANTED.format(table="a  b", word="x", sentence="short", markdown="",
-                           checks="holds: one | 1 ≤ 2 | margin 0.5")
+                           checks="holds: one | 1 ≤ 2 | margin 0.5", open='<span style="white-space: nowrap">',
+                           close="</span>")
     clean = re.sub(r"<p>(Of the|The tenfold|Fixed in).*?</p>|<div class=\"cell_output\"><img.*?</div>|"
                    r"<div style=\"width: 1500px\">.*?</div>", "", clean, flags=re.S)
     assert _planted_problems(browser, clean) == []
