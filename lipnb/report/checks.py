@@ -59,9 +59,9 @@ def _array(name: str, value: object, claim: str, key: str = "") -> np.ndarray:
     return out
 
 
-# A check whose margin is this small in size holds as an equality to rounding (a bound the value attains by
-# construction, a norm a converged estimate reaches): its margin says where rounding fell, not how near the claim
-# came to failing, so ledgers count such checks apart from the tight ones.
+# A check whose margin is this small in size is met with equality: an exact tie (two equal counts) or an equality to
+# rounding (a bound the value attains by construction, a norm a converged estimate reaches). Its margin says where
+# rounding fell, not how near the claim came to failing, so ledgers count such checks apart from the tight ones.
 EQUALITY_MARGIN = 1e-9
 
 # An upper bound or a closeness that holds with at least this slack is reported as "comfortably inside", with
@@ -257,8 +257,8 @@ def _claim_html(claim: str) -> str:
 def ledger(extra: object | Sequence[object] = (), *, title: str = "What this chapter checked") -> None:
     """Show the checks run since the last call as one folded block, and store them as data; call it last.
 
-    The block's title gives the count and the tightest margin of the checks that are not equalities to rounding
-    (those, with a margin below :data:`EQUALITY_MARGIN` in size, are counted apart); it lists every check, then
+    The block's title gives the count and the tightest margin of the checks not met with equality (those, with
+    a margin below :data:`EQUALITY_MARGIN` in size, are counted apart); it lists every check, then
     ``extra`` (a provenance dump, a record-versus-rerun table: text, a :func:`markdown_table`, a DataFrame, or a
     list of them). The entries are stored at full precision in the output's metadata (:data:`LEDGER_KEY`) for
     :func:`read_ledger`.
@@ -268,7 +268,7 @@ def ledger(extra: object | Sequence[object] = (), *, title: str = "What this cha
         raise RuntimeError("ledger: no check ran since the last ledger(); check the chapter's claims first")
     entries = list(_LEDGER)
     others = [e.margin for e in entries if abs(e.margin) >= EQUALITY_MARGIN]
-    equal = counted(len(entries) - len(others), "equality", "equalities") + " to rounding"
+    equal = counted(len(entries) - len(others), "met with equality", "met with equality")
     tightest = f"tightest margin {min(others):.2g}" if others else f"all {equal}"
     apart = f" ({equal}, left out of the tightest margin)" if others and len(others) < len(entries) else ""
     summary = f"{title}: {counted(len(entries), 'check')}{apart}, {tightest}"

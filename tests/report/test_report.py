@@ -117,19 +117,20 @@ def _run_ledger(monkeypatch: pytest.MonkeyPatch, **kwargs) -> tuple[dict, dict]:
     return bundle, metadata
 
 
-def test_ledger_counts_equalities_to_rounding_apart_from_the_tightest_margin(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A bound the value attains to rounding (margin below EQUALITY_MARGIN) is not reported as the tightest."""
+def test_ledger_counts_checks_met_with_equality_apart_from_the_tightest_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check met with equality (margin below EQUALITY_MARGIN: a tie, or a bound attained to rounding) is not
+    reported as the tightest."""
     check.below("attained by construction", 1.0 - 1e-15, 1.0)
     check.below("a tight claim", 0.987654321987, 1.0)
     bundle, _ = _run_ledger(monkeypatch)
-    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks (one equality to "
-                                                    "rounding, left out of the tightest margin), tightest margin "
+    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks (one met with "
+                                                    "equality, left out of the tightest margin), tightest margin "
                                                     "0.012")
     check.above("attained from below", 3.0, 3.0)
     check.below("attained", 2.0, 2.0)
     bundle, _ = _run_ledger(monkeypatch)
-    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks, all two equalities "
-                                                    "to rounding")
+    assert bundle["text/plain"].splitlines()[0] == ("What this chapter checked: two checks, all two met with "
+                                                    "equality")
     assert 0 < report.EQUALITY_MARGIN < 1e-6
 
 
