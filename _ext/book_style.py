@@ -69,15 +69,19 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
     context["script_files"] = kept
 
 
-# An inline formula with the bracket before it or the punctuation after it: "(" + "$R = 100$", "$1/2$" + ".".
+# An inline formula with the bracket before it, the punctuation after it, or a relation and short glued value after it:
+# "(" + "$R = 100$", "$1/2$" + ".", "$n$" + " = 8".
 _MATH_WITH_PUNCTUATION = re.compile(
-    r'(\(?)(<span class="math notranslate nohighlight">\\\([^<]*?\\\)</span>)([.,;:!?)\]]*)')
+    r'(\(?)(<span class="math notranslate nohighlight">\\\([^<]*?\\\)</span>)'
+    # "$n$ = {glue:text}`…`": the relation and a short glued value stay with the formula
+    r'((?: (?:=|&lt;|&gt;|≤|≥|≈) <span class="pasted-text">[^<]{1,16}</span>)?[.,;:!?)\]]*)')
 
 
 def keep_math_with_punctuation(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
-    """A line never breaks between an inline formula and the bracket before it or the punctuation after it
-    (a browser may break around the formula's box, leaving "(" at a line's end or "." at the next's start):
-    each such group is wrapped in a span that does not wrap (``book.css``)."""
+    """A line never breaks between an inline formula and the bracket before it, the punctuation after it or a
+    relation and short glued value after it (a browser may break around the formula's box, leaving "(" at a
+    line's end, "." at the next's start, or "$n$" and "= 8" on two lines): each such group is wrapped in a span
+    that does not wrap (``book.css``)."""
     if "body" not in context:
         return
 
@@ -88,6 +92,23 @@ def keep_math_with_punctuation(app: Sphinx, pagename: str, templatename: str, co
         return f'<span class="math-nowrap">{before}{formula}{after}</span>'
 
     context["body"] = _MATH_WITH_PUNCTUATION.sub(wrap, context["body"])
+
+
+# A model's name that a browser would break at its hyphen ("random GPT-" above "2" in a narrow table cell).
+_HYPHENATED_NAME = re.compile(r"(?<![\w-])GPT-2(?![\w-])")
+_TEXT_BETWEEN_TAGS = re.compile(r">([^<]+)<")
+
+
+def keep_names_whole(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """A line never breaks inside a hyphenated model name: each, in the page's text (never inside a tag), is
+    wrapped in a span that does not wrap (``book.css``)."""
+    if "body" not in context:
+        return
+
+    def text(match: re.Match) -> str:
+        return ">" + _HYPHENATED_NAME.sub(r'<span class="nowrap">\g<0></span>', match.group(1)) + "<"
+
+    context["body"] = _TEXT_BETWEEN_TAGS.sub(text, context["body"])
 
 
 def extract_landing_figure(app: Sphinx) -> None:
@@ -143,6 +164,7 @@ def setup(app: Sphinx) -> dict[str, bool]:
     app.connect("builder-inited", extract_landing_figure)
     app.connect("html-page-context", drop_repeated_scripts, priority=900)
     app.connect("html-page-context", keep_math_with_punctuation)
+    app.connect("html-page-context", keep_names_whole)
     # after Sphinx's own numbering of figures (priority 500)
     app.connect("env-get-updated", number_unnumbered_pages_apart, priority=900)
     register_plugin("pybtex.style.labels", "author_year", AuthorYearLabelStyle)

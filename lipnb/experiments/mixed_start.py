@@ -12,19 +12,23 @@ start, ``w`` alone, has no such bound.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from scipy.special import betainc
+from scipy.stats import hypergeom
 from torch import Tensor
 
+from ..arguments import check_positive_int
 from ..core.krylov import NormalOperator, lanczos
 from ..core.linearization import linearize
 from ..core.starts import NOISE_WEIGHT, failure_factor, mixed_starts, random_starts
 from ..results import ResultTable, cached_table, progress
 from .random_start import chebyshev_spectrum, lanczos_failure_bound
 
-__all__ = ["NOISE_WEIGHT", "concavity_ratios", "coordinate_tail", "crossing_failures", "mixed_start_factor"]
+__all__ = ["NOISE_WEIGHT", "SubsampleGap", "concavity_ratios", "coordinate_tail", "crossing_failures",
+           "mixed_start_factor", "subsample_gap"]
 
 def mixed_start_factor(tau: float = NOISE_WEIGHT) -> float:
     """``(1 + τ)/τ``: the factor by which the random-start failure bounds hold for a mixed start of weight ``τ``."""
@@ -98,3 +102,33 @@ def crossing_failures(cases: tuple[tuple[int, float], ...] = ((3, 0.4), (6, 0.25
         return columns
 
     return cached_table("mixed_start_crossing_failures", params, compute)
+
+
+@dataclass(frozen=True)
+class SubsampleGap:
+    """Where a subsample's miss count lies against its share of the whole count (:func:`subsample_gap`)."""
+
+    expected: float  # the misses the subsample holds on average
+    sd: float        # one standard deviation of its miss count
+    gap: float       # (its miss count - expected) / sd
+
+
+def subsample_gap(misses: int, starts: int, total_misses: int, total_starts: int) -> SubsampleGap:
+    """How far the ``misses`` among the first ``starts`` of ``total_starts`` exchangeable starts, of which
+    ``total_misses`` miss, lie from their share, in standard deviations: given the whole count, the subsample's count
+    is hypergeometric (``total_starts`` starts, ``total_misses`` misses, ``starts`` drawn)."""
+    total_starts = check_positive_int(total_starts, "total_starts", 2)
+    starts = check_positive_int(starts, "starts")
+    total_misses = check_positive_int(total_misses, "total_misses")
+    misses = check_positive_int(misses, "misses", 0)
+    if not starts < total_starts:
+        raise ValueError(f"subsample_gap: a subsample has fewer starts than the whole ({starts} of {total_starts})")
+    if total_misses >= total_starts:
+        raise ValueError(f"subsample_gap: the whole count needs a start that does not miss ({total_misses} misses "
+                         f"of {total_starts})")
+    if misses > min(starts, total_misses) or starts - misses > total_starts - total_misses:
+        raise ValueError(f"subsample_gap: {misses} misses in {starts} starts cannot be drawn from {total_misses} "
+                         f"misses in {total_starts}")
+    law = hypergeom(total_starts, total_misses, starts)
+    expected, sd = float(law.mean()), float(law.std())
+    return SubsampleGap(expected, sd, (misses - expected) / sd)

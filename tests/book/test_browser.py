@@ -143,6 +143,15 @@ CHECK_PAGE_JS = r"""
       problems.push(`a line breaks between a formula and the "${after.textContent[0]}" after it: `
                     + snippet(host.parentElement.textContent));
     }
+    // "$n$ = {glue:text}`…`": the relation, and a short glued value after it, stay on the formula's line
+    const relation = after && after.nodeType === Node.TEXT_NODE ? /^\s*[=<>≤≥≈]/.exec(after.textContent) : null;
+    const value = relation && /^\s*\S\s*$/.test(after.textContent) ? after.nextSibling : null;
+    const valueBelow = value && value.nodeType === Node.ELEMENT_NODE && value.classList.contains('pasted-text')
+        && value.textContent.length <= 16 && value.getBoundingClientRect().top >= box.bottom;
+    if (relation && (charBox(after, relation[0].length - 1).top >= box.bottom || valueBelow)) {
+      problems.push(`a line breaks inside "formula ${relation[0].trim()} value": `
+                    + snippet(host.parentElement.textContent));
+    }
   }
   for (const el of article.querySelectorAll('pre, .cell_output, table')) {
     if (folded(el)) continue;
@@ -524,6 +533,9 @@ PLANTED = """<html><body><article style="width: 600px">
   style="display: inline-block; width: 150px">x</mjx-container></span>{close}</p>
 <p style="width: 200px; font: 16px monospace">{open}<span class="math"><mjx-container
   style="display: inline-block; width: 200px">x</mjx-container></span>.{close} end</p>
+<p style="width: 200px; font: 16px monospace">{open}<span class="math"><mjx-container
+  style="display: inline-block; width: 190px">n</mjx-container></span> = <span class="pasted-text">8</span>{close}
+  end</p>
 </article></body></html>"""
 
 
@@ -548,7 +560,8 @@ def test_the_page_check_finds_each_planted_defect(browser: CDP) -> None:
                  "names the work tracker: The tenfold the issue asked", "names the work tracker: Fixed in #32",
                  "5 check lines printed in a row", "figure without a caption: data:image/gif",
                  "the page scrolls sideways", 'a line breaks between "(" and its formula',
-                 'a line breaks between a formula and the "." after it'):
+                 'a line breaks between a formula and the "." after it',
+                 'a line breaks inside "formula = value"'):
         assert any(p.startswith(kind) for p in problems), f"{kind!r} not reported; got {problems}"
     clean = PLANTED.format(table="a  b", word="x", sentence="short", markdown="",
                            checks="holds: one | 1 ≤ 2 | margin 0.5", open='<span style="white-space: nowrap">',

@@ -46,3 +46,32 @@ def test_crossing_failures(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
         sigma = math.sqrt(row.allowed * (1 - min(row.allowed, 1)) / starts)
         assert 0 < row.failures / starts <= row.allowed + 4 * sigma
     assert by["mixed"].allowed == pytest.approx(1.5 * by["mixed"].bound)
+
+
+def test_subsample_gap_against_closed_form_and_shuffles() -> None:
+    """The hypergeometric mean and standard deviation, written out, and the spread of the first-m count over random
+    orders of the whole count's starts; a count at its expectation has gap zero."""
+    M, K, m = 400, 30, 100
+    gap = mixed_start.subsample_gap(12, m, K, M)
+    p = m / M
+    assert gap.expected == pytest.approx(K * p)
+    assert gap.sd == pytest.approx(math.sqrt(K * p * (1 - p) * (M - K) / (M - 1)))
+    assert gap.gap == pytest.approx((12 - K * p) / gap.sd)
+    rng = np.random.default_rng(0)
+    counts = [int(rng.permutation(np.arange(M) < K)[:m].sum()) for _ in range(20_000)]
+    assert abs(np.mean(counts) - gap.expected) < 0.05
+    assert abs(np.std(counts) - gap.sd) / gap.sd < 0.02
+    assert mixed_start.subsample_gap(7, m, 28, M).gap == pytest.approx(0.0)  # 28 misses, a quarter drawn
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    ((5, 100, 30, 100), ValueError),      # the subsample is the whole
+    ((5, 100, 400, 400), ValueError),     # every start misses
+    ((40, 100, 30, 400), ValueError),     # more misses than the whole holds
+    ((0, 390, 30, 400), ValueError),      # 390 hits from 370
+    ((5.0, 100, 30, 400), TypeError),
+    ((-1, 100, 30, 400), ValueError),
+])
+def test_subsample_gap_refuses_counts_that_cannot_be(args: tuple, error: type) -> None:
+    with pytest.raises(error):
+        mixed_start.subsample_gap(*args)
