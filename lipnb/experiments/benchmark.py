@@ -133,7 +133,7 @@ def lipnb_calls(run: WorkloadRun) -> dict[str, CallResult]:
 
 
 # The peers ``bench/peers.py`` times, named as a reader meets them.
-PEER_TITLES = {"svds": "ARPACK (through SciPy)", "lobpcg": "LOBPCG"}
+PEER_TITLES = {"svds": "ARPACK", "lobpcg": "LOBPCG"}  # both through SciPy
 
 
 @dataclass(frozen=True)
