@@ -70,8 +70,14 @@ EQUALITY_MARGIN = 1e-9
 FAR = 0.5
 
 
-def _fmt(x: float) -> str:
-    return f"{x:.4g}"
+def _fmt(x: float, digits: int = 4) -> str:
+    """``x`` with ``digits`` significant digits, or more while the text ends in a 5: 0.15648 reads "0.15648", not
+    "0.1565", which a reader rounding to the prose's three digits would take for 0.157 where the prose says 0.156."""
+    text = f"{x:.{digits}g}"
+    while text.split("e")[0].endswith("5") and digits < 17 and f"{x:.{digits + 1}g}" != text:
+        digits += 1
+        text = f"{x:.{digits}g}"
+    return text
 
 
 def _tolerance(x: float) -> str:
@@ -103,12 +109,12 @@ def _said(x: object) -> str:
 
 
 def _pair(a: float, b: float) -> tuple[str, str]:
-    """``a`` and ``b`` with 4 significant digits, or as many more as it takes to tell them apart; two whole
-    numbers of four or more digits in full, with thousands separators ("1,024 ≥ 1,000")."""
+    """``a`` and ``b`` as :func:`_fmt` writes them, with as many more digits as it takes to tell them apart; two
+    whole numbers of four or more digits in full, with thousands separators ("1,024 ≥ 1,000")."""
     if _is_large_whole(a) and _is_large_whole(b):
         return f"{int(a):,}", f"{int(b):,}"
     for digits in range(4, 18):
-        text_a, text_b = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        text_a, text_b = _fmt(a, digits), _fmt(b, digits)
         if text_a != text_b:
             break
     return text_a, text_b

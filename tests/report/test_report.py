@@ -509,3 +509,15 @@ def test_a_comfortable_check_says_one_value_or_every_value() -> None:
     assert [e.detail for e in report.checks._LEDGER] == [
         "the value at most half its bound", "every value at most half its bound",
         "within 0.05, the error at most half of it", "within a relative 1e-12, every error at most half of it"]
+
+
+def test_a_printed_value_never_ends_in_a_rounding_tie() -> None:
+    """A value whose four-digit text ends in 5 gets the digits that say which way it rounds (0.15648, not 0.1565,
+    beside prose that says 0.156); a value that is exactly such a number keeps its short text."""
+    check.above("a positive gap", 0.15648, 0.0)
+    check.close("a share near one half", 0.56547, 0.5, atol=0.1)
+    check.between("in the band", 0.69047, 0.6, 1.0)
+    check.below("two values apart in the fifth digit", 3.81651, 3.8171)
+    check.above("exactly a quarter", 0.25, 0.2)
+    assert [e.detail for e in report.checks._LEDGER] == [
+        "0.15648 ≥ 0", "0.56547 = 0.5 within 0.1", "0.69047 in [0.6, 1]", "3.81651 ≤ 3.8171", "0.25 ≥ 0.2"]
