@@ -71,12 +71,16 @@ FAR = 0.5
 
 
 def _fmt(x: float, digits: int = 4) -> str:
-    """``x`` with ``digits`` significant digits, or more while the text ends in a 5: 0.15648 reads "0.15648", not
-    "0.1565", which a reader rounding to the prose's three digits would take for 0.157 where the prose says 0.156."""
+    """``x`` with ``digits`` significant digits, or more while the text ends in a 5 (0.15648 reads "0.15648", not
+    "0.1565", which a reader rounding to the prose's three digits would take for 0.157 where the prose says 0.156);
+    trailing zeros are dropped only where the value is that short number (0.5 reads "0.5", 1.99998 "2.000")."""
     text = f"{x:.{digits}g}"
     while text.split("e")[0].endswith("5") and digits < 17 and f"{x:.{digits + 1}g}" != text:
         digits += 1
         text = f"{x:.{digits}g}"
+    if math.isfinite(x) and abs(float(text) - x) > 1e-9 * abs(x):
+        mantissa, _, exponent = f"{x:#.{digits}g}".partition("e")
+        text = mantissa.rstrip(".") + (f"e{exponent}" if exponent else "")
     return text
 
 
@@ -109,13 +113,14 @@ def _said(x: object) -> str:
 
 
 def _pair(a: float, b: float) -> tuple[str, str]:
-    """``a`` and ``b`` as :func:`_fmt` writes them, with as many more digits as it takes to tell them apart; two
-    whole numbers of four or more digits in full, with thousands separators ("1,024 ≥ 1,000")."""
+    """``a`` and ``b`` as :func:`_fmt` writes them, with as many more digits as it takes for the texts to read as
+    two numbers (1.992 < 1.99998, not 1.992 < 2.000, where 2.000 reads as 2); two whole numbers of four or more
+    digits in full, with thousands separators ("1,024 ≥ 1,000")."""
     if _is_large_whole(a) and _is_large_whole(b):
         return f"{int(a):,}", f"{int(b):,}"
     for digits in range(4, 18):
         text_a, text_b = _fmt(a, digits), _fmt(b, digits)
-        if text_a != text_b:
+        if float(text_a) != float(text_b):
             break
     return text_a, text_b
 

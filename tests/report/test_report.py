@@ -513,11 +513,15 @@ def test_a_comfortable_check_says_one_value_or_every_value() -> None:
 
 def test_a_printed_value_never_ends_in_a_rounding_tie() -> None:
     """A value whose four-digit text ends in 5 gets the digits that say which way it rounds (0.15648, not 0.1565,
-    beside prose that says 0.156); a value that is exactly such a number keeps its short text."""
+    beside prose that says 0.156); a value that is exactly such a number keeps its short text, and one that only
+    rounds to a short number keeps its four digits (2.000, not 2)."""
     check.above("a positive gap", 0.15648, 0.0)
     check.close("a share near one half", 0.56547, 0.5, atol=0.1)
     check.between("in the band", 0.69047, 0.6, 1.0)
     check.below("two values apart in the fifth digit", 3.81651, 3.8171)
     check.above("exactly a quarter", 0.25, 0.2)
+    check.below("a slope below an interval's lower end", 1.992, 1.99998, strict=True)
+    check.below("an interval's lower end at most two", 1.99998, 2.0)
     assert [e.detail for e in report.checks._LEDGER] == [
-        "0.15648 ≥ 0", "0.56547 = 0.5 within 0.1", "0.69047 in [0.6, 1]", "3.81651 ≤ 3.8171", "0.25 ≥ 0.2"]
+        "0.15648 ≥ 0", "0.56547 = 0.5 within 0.1", "0.69047 in [0.6, 1]", "3.81651 ≤ 3.8171", "0.25 ≥ 0.2",
+        "1.992 < 2.000", "1.99998 ≤ 2"]
