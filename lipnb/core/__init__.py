@@ -11,6 +11,7 @@ from ..lazy import lazy_modules, published_names
 PUBLISHED: dict[str, tuple[str, ...]] = {
     "attention": ("attention_matrix", "causal_mask", "mask_future", "multihead_attention", "self_attention",
                   "single_head", "MultiHead"),
+    "certify": ("PROBE_FACTOR",),
     "bounds": ("argmax_counts", "flow_gronwall_log", "flow_radius_bound", "gamma", "lemma_c_7", "lemma_c_7_sharpened",
                "log_theorem_3_5", "log_theorem_3_5_sharpened", "masked_mean_field_bound", "multihead_bound",
                "multihead_data_bound", "proposition_3_4", "theorem_3_3", "theorem_3_5", "theorem_3_5_sharpened",

@@ -17,8 +17,20 @@ from torch import Tensor
 from .krylov import KrylovOutcome, NormalOperator, lanczos, normalize, norms, value_error
 from .linearization import Linearized
 
-__all__ = ["FLOAT32_ULPS", "FLOAT64_ULPS", "Float64At", "Solver", "certify", "float32_certificate", "passes",
-           "refine_float32_misses", "repair_misses", "returned_error", "solver_targets"]
+__all__ = [
+    "FLOAT32_ULPS",
+    "FLOAT64_ULPS",
+    "PROBE_FACTOR",
+    "Float64At",
+    "Solver",
+    "certify",
+    "float32_certificate",
+    "passes",
+    "refine_float32_misses",
+    "repair_misses",
+    "returned_error",
+    "solver_targets",
+]
 
 # ``fn``'s float64 linearization at some inputs of a chunk (their positions, a long tensor).
 Float64At = Callable[[Tensor], Linearized]
@@ -32,7 +44,7 @@ FLOAT32_ULPS = 64
 # at most this many times what the two float32 probes of float32_certificate show (the premise it states). Measured
 # against dense float64 truth on saturated attention (4,000 results): within 16 times on this CPU's kernels, but one
 # result exceeded 16 times by 2.5% on the portable ones (no AVX), so the premise takes twice that.
-_PROBE_FACTOR = 32
+PROBE_FACTOR = 32
 # A float32 map with no float64 evaluation: how many times an input whose certificate misses the test, while the
 # solver's own estimate met it, is refined again, each time to a target four times lower.
 _REFINE_ROUNDS = 3
@@ -72,8 +84,8 @@ def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Lin
     M u‖`` for a random unit ``v`` (the products' own rounding: exact arithmetic is linear).
 
     Premise (stated, tested on saturated attention against dense float64 truth, not proved): the float64
-    evaluation's product ``M₆₄ u`` differs from ``M u`` by at most ``_PROBE_FACTOR · max(Δ_state, Δ_arith)``. Then
-    ``‖M₆₄ u - θ u‖ ≤ ‖M u - θ u‖ + _PROBE_FACTOR · max(Δ_state, Δ_arith) = r`` and some eigenvalue of ``M₆₄`` lies
+    evaluation's product ``M₆₄ u`` differs from ``M u`` by at most ``PROBE_FACTOR · max(Δ_state, Δ_arith)``. Then
+    ``‖M₆₄ u - θ u‖ ≤ ‖M u - θ u‖ + PROBE_FACTOR · max(Δ_state, Δ_arith) = r`` and some eigenvalue of ``M₆₄`` lies
     within ``r`` of ``θ``; ``error`` is :func:`value_error` of that ``r`` plus ``FLOAT32_ULPS`` units for the
     arithmetic of ``θ`` and the norms. Where float32 cannot resolve the product (softmax saturated by large inputs)
     the probes are large, and so is ``error``: the input is then not converged rather than wrong."""
@@ -87,7 +99,7 @@ def float32_certificate(outcome: KrylovOutcome, normal: NormalOperator, lin: Lin
     v = normalize(torch.randn(u.shape, generator=generator, device=u.device, dtype=u.dtype))
     state = torch.stack([norms((NormalOperator(other, 0.0, scale)(u) - Mu).double()) for other in moved]).amax(0)
     arith = norms((product(u + v) - product(v) - Mu).double())
-    bound = residual + _PROBE_FACTOR * torch.maximum(state, arith)
+    bound = residual + PROBE_FACTOR * torch.maximum(state, arith)
     error = value_error(theta, bound, FLOAT32_ULPS * torch.finfo(torch.float32).eps)
     return theta, bound / theta.clamp_min(torch.finfo(torch.float64).tiny), error
 
