@@ -183,8 +183,9 @@ class Check:
         i = int(np.argmin(slack))
         holds = bool((v < b).all() if strict else (v <= b).all())
         op = "<" if strict else "≤"
-        if holds and slack.flat[i] >= FAR:
-            # Comfortably inside: print the statement, not digits of noise (see FAR).
+        if holds and slack.flat[i] >= FAR and (b != 0).all():
+            # Comfortably inside: print the statement, not digits of noise (see FAR); a bound of 0 has no half,
+            # so its comparison is printed, with the slack in absolute terms.
             said = "every value" if v.size > 1 else "the value"
             return self._report(claim, True, f"{said} at most half its bound", FAR, None, op, b.flat[i], key=key)
         text_v, text_b = _pair(v.flat[i], b.flat[i])

@@ -520,8 +520,9 @@ def test_a_printed_value_never_ends_in_a_rounding_tie() -> None:
     check.between("in the band", 0.69047, 0.6, 1.0)
     check.below("two values apart in the fifth digit", 3.81651, 3.8171)
     check.above("exactly a quarter", 0.25, 0.2)
+    check.below("a difference that is not positive", -2.109, 0.0)
     check.below("a slope below an interval's lower end", 1.992, 1.99998, strict=True)
     check.below("an interval's lower end at most two", 1.99998, 2.0)
     assert [e.detail for e in report.checks._LEDGER] == [
         "0.15648 ≥ 0", "0.56547 = 0.5 within 0.1", "0.69047 in [0.6, 1]", "3.81651 ≤ 3.8171", "0.25 ≥ 0.2",
-        "1.992 < 2.000", "1.99998 ≤ 2"]
+        "-2.109 ≤ 0", "1.992 < 2.000", "1.99998 ≤ 2"]
